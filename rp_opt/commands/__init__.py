@@ -1,0 +1,1 @@
+"""Subcommands of ``rp-opt``; each module defines ``register(subparsers)``."""

@@ -1,0 +1,344 @@
+"""Modelled step cost of a plan, the objectives, and the lower bounds of MODEL.md.
+
+Everything here is vectorised numpy and is the single definition of the cost formulas:
+solvers build their models from the same quantities (``sample_attention``,
+``rank_demand``) and are tested against :func:`layout_costs`.
+
+MODEL.md::
+
+    A[r,g]     = sum_s n_s * max_{d in g} ( alpha_s T_{r,d} + beta_s Q_{r,d} )
+    W[r,g,l,p] = sum_{d in g} sum_{i in (r,d)} sum_{e : pi_l(e) = p} a[i,l,e]
+    X[r,g]     = gamma * sum_l max_p W[r,g,l,p]
+    J[r,g]     = A[r,g] + X[r,g]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .errors import InputError
+from .solution import Layout, Placement
+from .window import CostModel, Instance, Window
+
+
+# ---------------------------------------------------------------------------------------
+# Per-sample quantities (the building blocks every solver shares)
+# ---------------------------------------------------------------------------------------
+
+def stage_work(window: Window, cost: CostModel) -> np.ndarray:
+    """[S, N]: alpha_s T_i + beta_s Q_i, the stage-s attention work of each sample alone."""
+    return cost.alpha[:, None] * window.lengths[None, :] + cost.beta[:, None] * window.attn_work[None, :]
+
+
+def sample_attention(window: Window, cost: CostModel) -> np.ndarray:
+    """[N]: sum_s n_s (alpha_s T_i + beta_s Q_i), the attention cost of sample i alone."""
+    return cost.layers @ stage_work(window, cost)
+
+
+def rank_demand(window: Window, placement: Placement) -> np.ndarray:
+    """[N, L, P]: tokens of sample i that layer l sends to rank p, sum_{e: pi_l(e)=p} a[i,l,e]."""
+    if placement.ranks.shape != (window.num_layers, window.num_experts):
+        raise InputError(
+            "placement",
+            f"shape {placement.ranks.shape} does not match the window's (L, E) = "
+            f"({window.num_layers}, {window.num_experts})",
+        )
+    n, num_layers, _ = window.demand.shape
+    # Gather the experts of each rank next to each other, then sum blocks of E/P: one
+    # pass over the demand, no loop over samples, layers or experts.
+    experts = placement.experts_of_ranks().reshape(num_layers, -1)
+    gathered = np.take_along_axis(window.demand, experts[None, :, :], axis=2)
+    return gathered.reshape(n, num_layers, placement.num_ranks, -1).sum(axis=3, dtype=np.int64)
+
+
+def rank_load(window: Window, placement: Placement) -> np.ndarray:
+    """[L, P]: aggregate rank load L[l,p] over the whole window."""
+    load = window.expert_load()
+    experts = placement.experts_of_ranks()
+    return np.take_along_axis(load, experts.reshape(load.shape[0], -1), axis=1).reshape(experts.shape).sum(axis=2)
+
+
+# ---------------------------------------------------------------------------------------
+# Cost of a layout
+# ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Costs:
+    """Cost matrices of one plan.
+
+    Attributes
+    ----------
+    attention
+        A[R, G].
+    expert
+        X[R, G].
+    rank_load
+        W[R, G, L, P], tokens on every rank of every shard in every row.
+    """
+
+    attention: np.ndarray
+    expert: np.ndarray
+    rank_load: np.ndarray
+
+    @property
+    def joint(self) -> np.ndarray:
+        """J[R, G] = A + X."""
+        return self.attention + self.expert
+
+
+def cell_sums(layout: Layout, values: np.ndarray) -> np.ndarray:
+    """[R, D]: sum of ``values[i]`` over the samples of every cell."""
+    return np.bincount(layout.cell_of, weights=values, minlength=layout.num_cells).reshape(
+        layout.num_rows, layout.num_slots
+    )
+
+
+def attention_cost(window: Window, cost: CostModel, layout: Layout, num_shards: int) -> np.ndarray:
+    """A[R, G] = sum_s n_s max_{d in g} (alpha_s T_{r,d} + beta_s Q_{r,d})."""
+    rows, slots = layout.num_rows, layout.num_slots
+    tokens = cell_sums(layout, window.lengths.astype(np.float64))
+    work = cell_sums(layout, window.attn_work)
+    per_stage = cost.alpha[:, None, None] * tokens + cost.beta[:, None, None] * work  # [S, R, D]
+    slot_max = per_stage.reshape(len(cost.stages), rows, num_shards, slots // num_shards).max(axis=3)
+    return np.tensordot(cost.layers, slot_max, axes=1)
+
+
+def shard_rank_load(layout: Layout, demand_by_rank: np.ndarray, num_shards: int) -> np.ndarray:
+    """W[R, G, L, P] from per-sample rank demand [N, L, P]."""
+    n, num_layers, num_ranks = demand_by_rank.shape
+    rows, slots = layout.num_rows, layout.num_slots
+    group = layout.row_of * num_shards + layout.slot_of // (slots // num_shards)
+    # One-hot (row, shard) x sample matrix times the flattened demand: a single BLAS call.
+    member = np.zeros((rows * num_shards, n))
+    member[group, np.arange(n)] = 1.0
+    loads = member @ demand_by_rank.reshape(n, -1).astype(np.float64)
+    return loads.reshape(rows, num_shards, num_layers, num_ranks)
+
+
+def layout_costs(
+    instance: Instance,
+    placement: Placement,
+    layout: Layout,
+    demand_by_rank: np.ndarray | None = None,
+) -> Costs:
+    """A, X and W of a plan (MODEL.md "Cost of a layout").
+
+    Parameters
+    ----------
+    instance
+        Window, cluster and cost model.
+    placement, layout
+        The plan.
+    demand_by_rank
+        ``rank_demand(window, placement)`` when the caller already has it.
+    """
+    window, cluster = instance.window, instance.cluster
+    if layout.num_slots != cluster.dp:
+        raise InputError("layout", f"has {layout.num_slots} slots, the cluster has D={cluster.dp}")
+    if layout.cell_of.size != window.num_samples:
+        raise InputError("layout", f"places {layout.cell_of.size} samples, the window has N={window.num_samples}")
+    if demand_by_rank is None:
+        demand_by_rank = rank_demand(window, placement)
+    attention = attention_cost(window, instance.cost, layout, cluster.edp)
+    loads = shard_rank_load(layout, demand_by_rank, cluster.edp)
+    expert = instance.cost.gamma * loads.max(axis=3).sum(axis=2)
+    return Costs(attention, expert, loads)
+
+
+# ---------------------------------------------------------------------------------------
+# Objectives: lexicographic tuples of aggregates of the cost matrices, by registration
+# ---------------------------------------------------------------------------------------
+
+_REDUCE: dict[str, Callable] = {"sum": np.sum, "max": np.max}
+_AXIS = {"rows": 0, "shards": 1}
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One scalar of a plan: ``outer`` over one axis of ``inner`` over the axis ``over``,
+    applied to the matrix ``attention * A + expert * X``.
+
+    ``Aggregate("sum", "rows", "max")`` is max_g sum_r J[r,g]; ``Aggregate("max", "shards",
+    "sum")`` is sum_r max_g J[r,g]. Exact models linearise an aggregate generically (a max
+    becomes an epigraph variable), so a new objective needs no change to any model builder.
+    """
+
+    inner: str
+    over: str
+    outer: str
+    attention: float = 1.0
+    expert: float = 1.0
+
+    def __post_init__(self):
+        if self.inner not in _REDUCE or self.outer not in _REDUCE:
+            raise InputError("objective", f"reductions must be 'sum' or 'max', got {self.inner!r}, {self.outer!r}")
+        if self.over not in _AXIS:
+            raise InputError("objective", f"axis must be 'rows' or 'shards', got {self.over!r}")
+        if self.attention < 0 or self.expert < 0:
+            raise InputError("objective", "weights of A and X must be >= 0")
+
+    def matrix(self, costs: Costs) -> np.ndarray:
+        return self.attention * costs.attention + self.expert * costs.expert
+
+    def evaluate(self, costs: Costs) -> float:
+        inner = _REDUCE[self.inner](self.matrix(costs), axis=_AXIS[self.over])
+        return float(_REDUCE[self.outer](inner))
+
+
+SHARD_TOTAL_MAX = Aggregate("sum", "rows", "max")   # max_g sum_r J[r,g]   (paper Eq. 15)
+ROW_MAX_SUM = Aggregate("max", "shards", "sum")     # sum_r max_g J[r,g]   (review)
+TOTAL = Aggregate("sum", "rows", "sum")             # sum_{r,g} J[r,g]
+PEAK = Aggregate("max", "rows", "max")              # max_{r,g} J[r,g]
+
+Level = tuple[tuple[float, Aggregate], ...]
+"""A level of an objective: a non-negative combination sum_k coef_k * aggregate_k."""
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A lexicographic objective: levels compared left to right, each a weighted sum of
+    aggregates."""
+
+    name: str
+    levels: tuple[Level, ...]
+    description: str = ""
+
+    def evaluate(self, costs: Costs) -> tuple[float, ...]:
+        return tuple(sum(coef * agg.evaluate(costs) for coef, agg in level) for level in self.levels)
+
+
+_OBJECTIVES: dict[str, Objective] = {}
+
+
+def register_objective(objective: Objective) -> Objective:
+    """Make ``objective`` available by name to every solver and to the CLI."""
+    for level in objective.levels:
+        for coef, _ in level:
+            if coef < 0:
+                raise InputError("objective", f"{objective.name}: level coefficients must be >= 0, got {coef}")
+    _OBJECTIVES[objective.name] = objective
+    return objective
+
+
+def get_objective(name: str | Objective) -> Objective:
+    """The registered objective ``name``; :class:`InputError` naming the known ones otherwise."""
+    if isinstance(name, Objective):
+        return name
+    try:
+        return _OBJECTIVES[name]
+    except KeyError:
+        raise InputError("objective", f"unknown objective {name!r}; known: {', '.join(sorted(_OBJECTIVES))}") from None
+
+
+def objective_names() -> list[str]:
+    return sorted(_OBJECTIVES)
+
+
+def _single(agg: Aggregate) -> Level:
+    return ((1.0, agg),)
+
+
+register_objective(Objective(
+    "shard", (_single(SHARD_TOTAL_MAX), _single(TOTAL), _single(PEAK)),
+    "paper Eq. 15: (max_g sum_r J, sum J, max J); shards do not wait for each other between rows",
+))
+register_objective(Objective(
+    "sync", (_single(ROW_MAX_SUM), _single(TOTAL), _single(PEAK)),
+    "review: (sum_r max_g J, sum J, max J); every row ends with a barrier across shards",
+))
+register_objective(Objective(
+    "attention",
+    tuple(_single(Aggregate(a.inner, a.over, a.outer, 1.0, 0.0)) for a in (ROW_MAX_SUM, TOTAL, PEAK)),
+    "sync on attention cost A only",
+))
+register_objective(Objective(
+    "expert",
+    tuple(_single(Aggregate(a.inner, a.over, a.outer, 0.0, 1.0)) for a in (ROW_MAX_SUM, TOTAL, PEAK)),
+    "sync on expert cost X only",
+))
+register_objective(Objective(
+    "weighted", (((1.0, ROW_MAX_SUM), (1.0, SHARD_TOTAL_MAX), (0.1, TOTAL)),),
+    "one scalar: sum_r max_g J + max_g sum_r J + 0.1 sum J",
+))
+
+
+def score(instance: Instance, placement: Placement, layout: Layout, objective="sync",
+          demand_by_rank: np.ndarray | None = None) -> tuple[float, ...]:
+    """The lexicographic score of a plan under ``objective``."""
+    return get_objective(objective).evaluate(layout_costs(instance, placement, layout, demand_by_rank))
+
+
+# ---------------------------------------------------------------------------------------
+# Lower bounds (MODEL.md, "Bounds worth knowing")
+# ---------------------------------------------------------------------------------------
+
+def placement_bound(window: Window, num_ranks: int) -> np.ndarray:
+    """[L]: max_p L[l,p] >= max(max_e load_e, ceil(sum_e load_e / P)) for any placement."""
+    load = window.expert_load()
+    return np.maximum(load.max(axis=1), -(-load.sum(axis=1) // num_ranks))
+
+
+@dataclass(frozen=True)
+class CostBounds:
+    """Valid lower bounds on the parts of any layout with ``num_rows`` rows.
+
+    Attributes
+    ----------
+    attention_total
+        sum_{r,g} A >= (G/D) sum_s n_s sum_i (alpha_s T_i + beta_s Q_i)  (averages).
+    expert_total
+        sum_{r,g} X >= gamma sum_l max_p L[l,p]  (Eq. 4; placement-free form when no
+        placement is given).
+    sample_attention, sample_expert
+        [N] cost of each sample alone: every cell, shard and row holding it costs at least
+        this much.
+    """
+
+    attention_total: float
+    expert_total: float
+    sample_attention: np.ndarray
+    sample_expert: np.ndarray
+    num_rows: int
+    num_shards: int
+
+    def aggregate(self, agg: Aggregate) -> float:
+        """Lower bound of one aggregate."""
+        total = agg.attention * self.attention_total + agg.expert * self.expert_total
+        single = float(np.max(agg.attention * self.sample_attention + agg.expert * self.sample_expert))
+        if agg.inner == "sum" and agg.outer == "sum":
+            return total
+        if agg.inner == "max" and agg.outer == "max":
+            return max(total / (self.num_rows * self.num_shards), single)
+        # max_g sum_r J and sum_r max_g J are both >= mean over shards of the shard totals.
+        return max(total / self.num_shards, single)
+
+    def objective(self, objective) -> tuple[float, ...]:
+        """Bound on every level (each valid on its own; the first bounds the primary)."""
+        objective = get_objective(objective)
+        return tuple(sum(coef * self.aggregate(agg) for coef, agg in level) for level in objective.levels)
+
+
+def cost_bounds(instance: Instance, num_rows: int, placement: Placement | None = None) -> CostBounds:
+    """Analytic lower bounds for layouts of ``num_rows`` rows.
+
+    With ``placement`` the bounds hold for that placement (the hierarchical problem);
+    without, they hold for every placement (the joint problem).
+    """
+    window, cluster, cost = instance.window, instance.cluster, instance.cost
+    attention = sample_attention(window, cost)
+    attention_total = cluster.edp / cluster.dp * float(attention.sum())
+    if placement is None:
+        expert_total = cost.gamma * float(placement_bound(window, cluster.ep).sum())
+        # per layer: the busiest rank holds at least the sample's largest expert count and
+        # at least a 1/P share of its tokens
+        widest = window.demand.max(axis=2).astype(np.int64)
+        share = -(-window.demand.sum(axis=2, dtype=np.int64) // cluster.ep)
+        sample_expert = cost.gamma * np.maximum(widest, share).sum(axis=1)
+    else:
+        expert_total = cost.gamma * float(rank_load(window, placement).max(axis=1).sum())
+        sample_expert = cost.gamma * rank_demand(window, placement).max(axis=2).sum(axis=1).astype(np.float64)
+    return CostBounds(attention_total, expert_total, attention, np.asarray(sample_expert, dtype=np.float64),
+                      int(num_rows), cluster.edp)

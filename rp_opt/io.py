@@ -1,0 +1,129 @@
+"""File formats: instance ``.npz`` (format ``rp-opt-window/1``) and plan JSON.
+
+Instance file: arrays ``lengths`` [N] int, ``demand`` [N, L, E] int, optional
+``attn_work`` [N] float, and ``meta``, a JSON string::
+
+    {"format": "rp-opt-window/1", "top_k": 8, "model": "ling-flash-like",
+     "cluster": {"dp": 64, "edp": 8, "ep": 8, "capacity": 32768, "max_samples_per_cell": null},
+     "cost": {"stages": [{"name": "linear", "layers": 24, "alpha": ..., "beta": 0.0}, ...],
+              "gamma": ...}}
+
+Plan file: ``{"placement": [[rank per expert] per layer], "rows": [[[samples] per slot] per
+row], "objective": "sync", "score": [...], "stats": {...}}``.
+
+Every problem is reported as :class:`~rp_opt.errors.InputError` naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+
+import numpy as np
+
+from .errors import InputError, require
+from .result import Plan
+from .solution import Layout, Placement
+from .window import Cluster, CostModel, Instance, Window
+
+FORMAT = "rp-opt-window/1"
+
+
+def save_instance(path: str | os.PathLike, instance: Instance) -> None:
+    """Write ``instance`` as an rp-opt-window/1 ``.npz`` (compressed)."""
+    window, cluster = instance.window, instance.cluster
+    meta = {
+        "format": FORMAT,
+        "top_k": window.top_k,
+        "model": instance.model,
+        "cluster": {"dp": cluster.dp, "edp": cluster.edp, "ep": cluster.ep,
+                    "capacity": cluster.capacity, "max_samples_per_cell": cluster.max_samples_per_cell},
+        "cost": instance.cost.to_dict(),
+    }
+    meta.update({k: v for k, v in instance.meta.items() if k not in meta})
+    arrays = {"lengths": window.lengths, "demand": window.demand, "meta": np.array(json.dumps(meta))}
+    if not np.array_equal(window.attn_work, window.lengths.astype(np.float64) ** 2):
+        arrays["attn_work"] = window.attn_work
+    with open(path, "wb") as handle:
+        np.savez_compressed(handle, **arrays)
+
+
+def _cluster_from_meta(data) -> Cluster:
+    require(isinstance(data, dict), "meta.cluster", "is missing or not an object")
+    for key in ("dp", "edp", "ep", "capacity"):
+        require(key in data, f"cluster.{key}", "is missing")
+    return Cluster(data["dp"], data["edp"], data["ep"], data["capacity"], data.get("max_samples_per_cell"))
+
+
+def load_instance(path: str | os.PathLike) -> Instance:
+    """Read and validate an instance file; :class:`InputError` on any problem."""
+    path = os.fspath(path)
+    require(os.path.exists(path), "file", f"{path} does not exist")
+    try:
+        archive = np.load(path, allow_pickle=False)
+        names = set(archive.files)
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise InputError("file", f"{path} is not an .npz archive ({type(exc).__name__})") from None
+    with archive:
+        for key in ("lengths", "demand", "meta"):
+            require(key in names, key, f"array is missing from {path}")
+        try:
+            meta = json.loads(str(archive["meta"]))
+        except json.JSONDecodeError as exc:
+            raise InputError("meta", f"is not valid JSON ({exc.msg} at position {exc.pos})") from None
+        require(isinstance(meta, dict), "meta", "must be a JSON object")
+        require(meta.get("format") == FORMAT, "meta.format", f"must be {FORMAT!r}, got {meta.get('format')!r}")
+        require("top_k" in meta, "meta.top_k", "is missing")
+        require("cost" in meta, "meta.cost", "is missing")
+        lengths = archive["lengths"]
+        demand = archive["demand"]
+        attn_work = archive["attn_work"] if "attn_work" in names else None
+    window = Window(lengths, demand, meta["top_k"], attn_work)
+    cluster = _cluster_from_meta(meta.get("cluster"))
+    cost = CostModel.from_dict(meta["cost"])
+    extra = {k: v for k, v in meta.items() if k not in ("format", "top_k", "model", "cluster", "cost")}
+    return Instance(window, cluster, cost, str(meta.get("model", "custom")), extra)
+
+
+def save_plan(path: str | os.PathLike, plan: Plan) -> None:
+    """Write the plan file (JSON)."""
+    with open(path, "w") as handle:
+        json.dump(plan.to_dict(), handle)
+        handle.write("\n")
+
+
+def read_plan_file(path: str | os.PathLike) -> dict:
+    """The raw plan dictionary of a plan file (for the checker, which wants it unvalidated)."""
+    path = os.fspath(path)
+    require(os.path.exists(path), "file", f"{path} does not exist")
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError("file", f"{path} is not valid JSON ({exc})") from None
+    require(isinstance(data, dict), "plan", "must be a JSON object")
+    for key in ("placement", "rows"):
+        require(key in data, key, f"is missing from {path}")
+    return data
+
+
+def plan_from_dict(instance: Instance, data: dict) -> Plan:
+    """A validated :class:`Plan` from the plan-file form (bijection and balance enforced)."""
+    try:
+        ranks = np.asarray(data["placement"], dtype=np.int64)
+    except (ValueError, TypeError):
+        raise InputError("placement", "must be a rectangular [L][E] list of integer ranks") from None
+    placement = Placement(ranks, instance.cluster.ep)
+    if placement.ranks.shape != (instance.window.num_layers, instance.window.num_experts):
+        raise InputError("placement", f"shape {placement.ranks.shape} does not match (L, E) = "
+                                      f"({instance.window.num_layers}, {instance.window.num_experts})")
+    layout = Layout.from_rows(data["rows"], instance.window.num_samples)
+    require(layout.num_slots == instance.cluster.dp, "rows", f"have {layout.num_slots} slots, the cluster has D={instance.cluster.dp}")
+    score = tuple(float(x) for x in data.get("score", []))
+    return Plan(placement, layout, str(data.get("objective", "sync")), score, dict(data.get("stats", {})))
+
+
+def load_plan(path: str | os.PathLike, instance: Instance) -> Plan:
+    """Read a plan file into a validated :class:`Plan` for ``instance``."""
+    return plan_from_dict(instance, read_plan_file(path))

@@ -1,0 +1,129 @@
+"""The result shape every solver returns: status, plan, score, bound, gap, seconds, stats."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .solution import Layout, Placement
+
+OPTIMAL = "optimal"          # proven: bound equals score (within the solver's tolerance)
+FEASIBLE = "feasible"        # a valid plan, not proven optimal (time limit or heuristic)
+INFEASIBLE = "infeasible"    # proven: no plan exists
+NO_SOLUTION = "no_solution"  # stopped before any plan was found, nothing proven
+STATUSES = (OPTIMAL, FEASIBLE, INFEASIBLE, NO_SOLUTION)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Placement + layout, with the objective it was scored under and its score."""
+
+    placement: Placement
+    layout: Layout
+    objective: str
+    score: tuple[float, ...]
+    stats: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def num_rows(self) -> int:
+        return self.layout.num_rows
+
+    def to_dict(self) -> dict:
+        """The plan-file form (README, "Plan files")."""
+        return {
+            "placement": self.placement.to_list(),
+            "rows": self.layout.to_rows(),
+            "objective": self.objective,
+            "score": [float(x) for x in self.score],
+            "stats": _jsonable(self.stats),
+        }
+
+
+def relative_gap(score: float | None, bound: float | None) -> float | None:
+    """(score - bound) / |score|, the MIP convention; 0 when both are 0."""
+    if score is None or bound is None:
+        return None
+    if score == 0:
+        return 0.0 if bound >= 0 else None
+    return max(0.0, (score - bound) / abs(score))
+
+
+@dataclass(frozen=True)
+class Result:
+    """Outcome of any solver.
+
+    Attributes
+    ----------
+    status
+        One of ``optimal``, ``feasible``, ``infeasible``, ``no_solution``.
+    plan
+        Best plan found (None when none was).
+    score
+        Lexicographic score of ``plan`` (empty when no plan).
+    bound
+        Proven lower bound on the primary level, or None.
+    gap
+        Relative gap of the primary level to ``bound``.
+    seconds
+        Wall time of the solve.
+    solver
+        Name of the solver that produced the result.
+    stats
+        Solver-specific figures (nodes, sweeps, per-level bounds, ...).
+    """
+
+    status: str
+    plan: Plan | None
+    score: tuple[float, ...]
+    bound: float | None
+    seconds: float
+    solver: str
+    stats: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+
+    @property
+    def gap(self) -> float | None:
+        return relative_gap(self.score[0] if self.score else None, self.bound)
+
+    def summary(self) -> str:
+        """A few human lines."""
+        lines = [f"solver {self.solver}: {self.status} in {self.seconds:.3f} s"]
+        if self.plan is not None:
+            lines.append(f"  rows      {self.plan.num_rows}")
+            lines.append(f"  objective {self.plan.objective}")
+            lines.append("  score     (" + ", ".join(f"{x:.6g}" for x in self.score) + ")")
+        if self.bound is not None:
+            lines.append(f"  bound     {self.bound:.6g}")
+        if self.gap is not None:
+            lines.append(f"  gap       {100 * self.gap:.4f} %")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {
+            "status": self.status,
+            "solver": self.solver,
+            "objective": self.plan.objective if self.plan else None,
+            "score": [float(x) for x in self.score],
+            "bound": self.bound,
+            "gap": self.gap,
+            "num_rows": self.plan.num_rows if self.plan else None,
+            "seconds": self.seconds,
+            "stats": _jsonable(self.stats),
+        }
+
+
+def _jsonable(value):
+    """Convert numpy scalars/arrays inside dicts and lists to plain Python."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -1,0 +1,181 @@
+"""The two decisions of a plan: expert placement and sample layout.
+
+Both are immutable. A :class:`Placement` is balanced by construction (E/P experts per rank
+in every layer); a :class:`Layout` is a bijection by construction (it stores the cell of
+each sample). Capacity, non-empty cells and the rectangular shape are properties of a
+layout for a given window and are verified by :mod:`rp_opt.check`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import InputError, require
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array = np.ascontiguousarray(array)
+    array.setflags(write=False)
+    return array
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Per-layer map of logical experts to EP ranks, pi_l(e) = ranks[l, e].
+
+    Parameters
+    ----------
+    ranks
+        [L, E] integer array with values in [0, P); every rank holds exactly E/P experts
+        of every layer.
+    num_ranks
+        P.
+    """
+
+    ranks: np.ndarray
+    num_ranks: int
+
+    def __post_init__(self):
+        ranks = np.asarray(self.ranks)
+        require(ranks.ndim == 2, "placement", f"must be [L, E], got shape {ranks.shape}")
+        require(ranks.dtype.kind in "iu" or ranks.size == 0, "placement", f"must hold integer ranks, got dtype {ranks.dtype}")
+        p = int(self.num_ranks)
+        num_layers, num_experts = ranks.shape
+        require(p >= 1 and num_experts % p == 0, "placement", f"P={p} does not divide E={num_experts}")
+        ranks = ranks.astype(np.int64)
+        bad = np.argwhere((ranks < 0) | (ranks >= p))
+        if bad.size:
+            l, e = bad[0]
+            raise InputError("placement", f"layer {l} expert {e} is on rank {ranks[l, e]}, outside [0, {p})")
+        counts = rank_counts(ranks, p)
+        wrong = np.argwhere(counts != num_experts // p)
+        if wrong.size:
+            l, q = wrong[0]
+            raise InputError(
+                "placement",
+                f"layer {l} rank {q} holds {counts[l, q]} experts, not E/P={num_experts // p}",
+            )
+        object.__setattr__(self, "ranks", _frozen(ranks))
+        object.__setattr__(self, "num_ranks", p)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.ranks.shape[0])
+
+    @property
+    def num_experts(self) -> int:
+        return int(self.ranks.shape[1])
+
+    @classmethod
+    def identity(cls, num_layers: int, num_experts: int, num_ranks: int) -> "Placement":
+        """Expert e on rank e div (E/P) in every layer (the baseline)."""
+        per_rank = num_experts // num_ranks
+        row = np.arange(num_experts) // per_rank
+        return cls(np.tile(row, (num_layers, 1)), num_ranks)
+
+    def experts_of_ranks(self) -> np.ndarray:
+        """[L, P, E/P]: the experts held by every rank, in increasing expert order."""
+        order = np.argsort(self.ranks, axis=1, kind="stable")
+        return order.reshape(self.num_layers, self.num_ranks, -1)
+
+    def to_list(self) -> list[list[int]]:
+        return self.ranks.tolist()
+
+
+def rank_counts(ranks: np.ndarray, num_ranks: int) -> np.ndarray:
+    """[L, P]: number of experts each rank holds in each layer."""
+    num_layers = ranks.shape[0]
+    flat = ranks + num_ranks * np.arange(num_layers)[:, None]
+    return np.bincount(flat.ravel(), minlength=num_layers * num_ranks).reshape(num_layers, num_ranks)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """R rows x D slots of cells; ``cell_of[i] = r * D + d`` is the cell of sample i.
+
+    Parameters
+    ----------
+    cell_of
+        [N] integer array with values in [0, R*D).
+    num_rows
+        R.
+    num_slots
+        D.
+    """
+
+    cell_of: np.ndarray
+    num_rows: int
+    num_slots: int
+
+    def __post_init__(self):
+        cell_of = np.asarray(self.cell_of)
+        require(cell_of.ndim == 1, "layout", f"cell_of must be 1-D, got shape {cell_of.shape}")
+        require(cell_of.dtype.kind in "iu" or cell_of.size == 0, "layout", f"cell_of must be integer, got {cell_of.dtype}")
+        rows, slots = int(self.num_rows), int(self.num_slots)
+        require(rows >= 1 and slots >= 1, "layout", f"shape {rows} x {slots} is empty")
+        cell_of = cell_of.astype(np.int64)
+        bad = np.flatnonzero((cell_of < 0) | (cell_of >= rows * slots))
+        if bad.size:
+            raise InputError("layout", f"sample {bad[0]} is in cell {cell_of[bad[0]]}, outside [0, {rows * slots})")
+        object.__setattr__(self, "cell_of", _frozen(cell_of))
+        object.__setattr__(self, "num_rows", rows)
+        object.__setattr__(self, "num_slots", slots)
+
+    @property
+    def num_cells(self) -> int:
+        return self.num_rows * self.num_slots
+
+    @property
+    def row_of(self) -> np.ndarray:
+        return self.cell_of // self.num_slots
+
+    @property
+    def slot_of(self) -> np.ndarray:
+        return self.cell_of % self.num_slots
+
+    def cell_sizes(self) -> np.ndarray:
+        """[R, D] number of samples in every cell."""
+        return np.bincount(self.cell_of, minlength=self.num_cells).reshape(self.num_rows, self.num_slots)
+
+    @classmethod
+    def from_bins(cls, bin_of: np.ndarray, num_rows: int, num_slots: int) -> "Layout":
+        """Cells from R*D bins: bin b becomes cell (b div D, b mod D)."""
+        return cls(np.asarray(bin_of, dtype=np.int64), num_rows, num_slots)
+
+    @classmethod
+    def from_rows(cls, rows: list, num_samples: int) -> "Layout":
+        """Build from nested lists rows[r][d] = sample indices (the plan-file form).
+
+        Raises :class:`InputError` unless the lists are rectangular and every sample
+        0..N-1 appears exactly once.
+        """
+        require(isinstance(rows, list) and len(rows) >= 1, "rows", "must be a non-empty list of rows")
+        num_slots = len(rows[0]) if isinstance(rows[0], list) else -1
+        cell_of = np.full(num_samples, -1, dtype=np.int64)
+        for r, row in enumerate(rows):
+            require(isinstance(row, list) and len(row) == num_slots and num_slots >= 1, f"rows[{r}]", f"must be a list of {max(num_slots, 1)} slots")
+            for d, cell in enumerate(row):
+                require(isinstance(cell, list), f"rows[{r}][{d}]", "must be a list of sample indices")
+                for i in cell:
+                    require(isinstance(i, (int, np.integer)) and 0 <= i < num_samples, f"rows[{r}][{d}]", f"sample {i!r} is not in [0, {num_samples})")
+                    require(cell_of[i] < 0, f"rows[{r}][{d}]", f"sample {i} appears twice")
+                    cell_of[i] = r * num_slots + d
+        missing = np.flatnonzero(cell_of < 0)
+        require(missing.size == 0, "rows", f"sample {missing[0] if missing.size else 0} is in no cell")
+        return cls(cell_of, len(rows), num_slots)
+
+    def to_rows(self) -> list[list[list[int]]]:
+        """Nested lists rows[r][d] = sorted sample indices."""
+        order = np.argsort(self.cell_of, kind="stable")
+        bounds = np.searchsorted(self.cell_of[order], np.arange(self.num_cells + 1))
+        cells = [order[bounds[c]:bounds[c + 1]].tolist() for c in range(self.num_cells)]
+        return [cells[r * self.num_slots:(r + 1) * self.num_slots] for r in range(self.num_rows)]
+
+    def permute_rows(self, order) -> "Layout":
+        """The layout whose row k is this layout's row order[k]."""
+        order = np.asarray(order)
+        new_row = np.empty(self.num_rows, dtype=np.int64)
+        new_row[order] = np.arange(self.num_rows)
+        return Layout(new_row[self.row_of] * self.num_slots + self.slot_of, self.num_rows, self.num_slots)

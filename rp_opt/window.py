@@ -1,0 +1,295 @@
+"""Problem data of one optimizer step: the window of samples and the cluster.
+
+Symbols follow MODEL.md: N samples with lengths T_i and attention work Q_i, routed demand
+a[i,l,e] over L MoE layers and E experts; a cluster of D DP slots in G EDP shards, P EP
+ranks per shard, cell capacity C and an optional per-cell sample limit m.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import InputError, require
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array = np.ascontiguousarray(array)
+    array.setflags(write=False)
+    return array
+
+
+def compact_counts(demand: np.ndarray, name: str = "demand") -> np.ndarray:
+    """Return ``demand`` as the smallest unsigned integer type that holds it.
+
+    A production window (N=4096, L=48, E=256) holds 50M counts: uint16 keeps it at 100 MB.
+    """
+    demand = np.asarray(demand)
+    if demand.size == 0:
+        return demand.astype(np.uint16)
+    if demand.dtype.kind == "f":
+        require(bool(np.all(np.isfinite(demand))), name, "holds a non-finite value")
+        require(bool(np.all(demand == np.round(demand))), name, "holds a non-integer value")
+    elif demand.dtype.kind not in "iu":
+        raise InputError(name, f"must be integer counts, got dtype {demand.dtype}")
+    low = demand.min()
+    require(low >= 0, name, f"holds a negative count {low}")
+    high = int(demand.max())
+    for dtype in (np.uint16, np.uint32, np.uint64):
+        if high <= np.iinfo(dtype).max:
+            return demand.astype(dtype, copy=False)
+    raise InputError(name, f"count {high} is too large")  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class Window:
+    """Samples of one optimizer step and their replayed routing.
+
+    Parameters
+    ----------
+    lengths
+        T[N], tokens of each sample that train (integers >= 1).
+    demand
+        a[N, L, E], tokens of sample i routed to expert e at MoE layer l (integers >= 0).
+    top_k
+        Experts each token is routed to.
+    attn_work
+        Q[N], attention work of each sample; defaults to T^2.
+    """
+
+    lengths: np.ndarray
+    demand: np.ndarray
+    top_k: int
+    attn_work: np.ndarray | None = None
+
+    def __post_init__(self):
+        lengths = np.asarray(self.lengths)
+        require(lengths.ndim == 1, "lengths", f"must be 1-D [N], got shape {lengths.shape}")
+        require(lengths.size >= 1, "lengths", "is empty: a window needs at least one sample")
+        if lengths.dtype.kind == "f":
+            require(bool(np.all(lengths == np.round(lengths))), "lengths", "holds a non-integer value")
+        elif lengths.dtype.kind not in "iu":
+            raise InputError("lengths", f"must be integers, got dtype {lengths.dtype}")
+        lengths = lengths.astype(np.int64)
+        short = np.flatnonzero(lengths < 1)
+        if short.size:
+            raise InputError("lengths", f"sample {short[0]} has length {lengths[short[0]]}; every sample needs >= 1 token")
+        n = lengths.size
+
+        demand = np.asarray(self.demand)
+        require(demand.ndim == 3, "demand", f"must be 3-D [N, L, E], got shape {demand.shape}")
+        require(demand.shape[0] == n, "demand", f"has {demand.shape[0]} samples but lengths has {n}")
+        require(demand.shape[1] >= 1 and demand.shape[2] >= 1, "demand", f"shape {demand.shape} has no layers or no experts")
+        demand = compact_counts(demand)
+
+        require(int(self.top_k) == self.top_k and self.top_k >= 1, "top_k", f"must be a positive integer, got {self.top_k}")
+        require(self.top_k <= demand.shape[2], "top_k", f"{self.top_k} exceeds the {demand.shape[2]} experts")
+
+        if self.attn_work is None:
+            attn_work = lengths.astype(np.float64) ** 2
+        else:
+            attn_work = np.asarray(self.attn_work, dtype=np.float64)
+            require(attn_work.shape == (n,), "attn_work", f"must have shape ({n},), got {attn_work.shape}")
+            require(bool(np.all(np.isfinite(attn_work))), "attn_work", "holds a non-finite value")
+            neg = np.flatnonzero(attn_work < 0)
+            if neg.size:
+                raise InputError("attn_work", f"sample {neg[0]} has negative work {attn_work[neg[0]]}")
+
+        object.__setattr__(self, "lengths", _frozen(lengths))
+        object.__setattr__(self, "demand", _frozen(demand))
+        object.__setattr__(self, "attn_work", _frozen(attn_work))
+        object.__setattr__(self, "top_k", int(self.top_k))
+
+    @property
+    def num_samples(self) -> int:
+        """N."""
+        return int(self.lengths.size)
+
+    @property
+    def num_layers(self) -> int:
+        """L."""
+        return int(self.demand.shape[1])
+
+    @property
+    def num_experts(self) -> int:
+        """E."""
+        return int(self.demand.shape[2])
+
+    def expert_load(self) -> np.ndarray:
+        """Aggregate load of every expert over the window, load[l, e] = sum_i a[i,l,e]."""
+        return self.demand.sum(axis=0, dtype=np.int64)
+
+    def subset(self, samples) -> "Window":
+        """The window restricted to ``samples`` (indices), in that order."""
+        samples = np.asarray(samples, dtype=np.int64)
+        return Window(self.lengths[samples], self.demand[samples], self.top_k, self.attn_work[samples])
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Parallel layout of the trainer.
+
+    Parameters
+    ----------
+    dp
+        D, data-parallel slots (one microbatch per slot per row).
+    edp
+        G, EDP shards; slot d belongs to shard d div (D/G). G divides D.
+    ep
+        P, EP ranks per shard.
+    capacity
+        C, token capacity of one cell (microbatch).
+    max_samples_per_cell
+        m, most samples in one cell, or None for no limit.
+    """
+
+    dp: int
+    edp: int
+    ep: int
+    capacity: int
+    max_samples_per_cell: int | None = None
+
+    def __post_init__(self):
+        for name in ("dp", "edp", "ep", "capacity"):
+            value = getattr(self, name)
+            require(
+                isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1,
+                f"cluster.{name}",
+                f"must be a positive integer, got {value!r}",
+            )
+            object.__setattr__(self, name, int(value))
+        require(self.dp % self.edp == 0, "cluster.edp", f"G={self.edp} does not divide D={self.dp}")
+        m = self.max_samples_per_cell
+        if m is not None:
+            require(
+                isinstance(m, (int, np.integer)) and not isinstance(m, bool) and m >= 1,
+                "cluster.max_samples_per_cell",
+                f"must be a positive integer or null, got {m!r}",
+            )
+            object.__setattr__(self, "max_samples_per_cell", int(m))
+
+    @property
+    def slots_per_shard(self) -> int:
+        """D/G."""
+        return self.dp // self.edp
+
+    def shard_of_slot(self) -> np.ndarray:
+        """g(d) = d div (D/G) for every slot d."""
+        return np.arange(self.dp) // self.slots_per_shard
+
+    def validate_window(self, window: Window) -> None:
+        """Check that ``window`` can run on this cluster at all (E divisible by P, T_i <= C)."""
+        require(
+            window.num_experts % self.ep == 0,
+            "cluster.ep",
+            f"P={self.ep} does not divide E={window.num_experts}",
+        )
+        too_long = np.flatnonzero(window.lengths > self.capacity)
+        if too_long.size:
+            i = int(too_long[0])
+            raise InputError(
+                "lengths",
+                f"sample {i} has {window.lengths[i]} tokens, more than the capacity C={self.capacity}",
+            )
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One attention stage: n_s layers with coefficients alpha_s (per token), beta_s (per unit of Q)."""
+
+    name: str
+    layers: int
+    alpha: float
+    beta: float
+
+    def __post_init__(self):
+        require(isinstance(self.name, str) and self.name != "", "cost.stages.name", f"must be a non-empty string, got {self.name!r}")
+        require(int(self.layers) == self.layers and self.layers >= 0, f"cost.stages[{self.name}].layers", f"must be a non-negative integer, got {self.layers!r}")
+        for key in ("alpha", "beta"):
+            value = float(getattr(self, key))
+            require(np.isfinite(value) and value >= 0, f"cost.stages[{self.name}].{key}", f"must be finite and >= 0, got {getattr(self, key)!r}")
+            object.__setattr__(self, key, value)
+        object.__setattr__(self, "layers", int(self.layers))
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Coefficients of the modelled step cost (MODEL.md, "Cost of a layout").
+
+    Parameters
+    ----------
+    stages
+        Attention stages; A[r,g] = sum_s n_s max_{d in g}(alpha_s T_{r,d} + beta_s Q_{r,d}).
+    gamma
+        Cost of one routed token through one expert; X[r,g] = gamma sum_l max_p W[r,g,l,p].
+    """
+
+    stages: tuple[Stage, ...]
+    gamma: float
+
+    def __post_init__(self):
+        stages = tuple(s if isinstance(s, Stage) else Stage(**s) for s in self.stages)
+        require(len(stages) >= 1, "cost.stages", "needs at least one attention stage")
+        names = [s.name for s in stages]
+        require(len(set(names)) == len(names), "cost.stages", f"stage names repeat: {names}")
+        gamma = float(self.gamma)
+        require(np.isfinite(gamma) and gamma >= 0, "cost.gamma", f"must be finite and >= 0, got {self.gamma!r}")
+        object.__setattr__(self, "stages", stages)
+        object.__setattr__(self, "gamma", gamma)
+
+    @property
+    def layers(self) -> np.ndarray:
+        """n_s of every stage."""
+        return np.array([s.layers for s in self.stages], dtype=np.float64)
+
+    @property
+    def alpha(self) -> np.ndarray:
+        """alpha_s of every stage."""
+        return np.array([s.alpha for s in self.stages], dtype=np.float64)
+
+    @property
+    def beta(self) -> np.ndarray:
+        """beta_s of every stage."""
+        return np.array([s.beta for s in self.stages], dtype=np.float64)
+
+    def to_dict(self) -> dict:
+        return {
+            "stages": [{"name": s.name, "layers": s.layers, "alpha": s.alpha, "beta": s.beta} for s in self.stages],
+            "gamma": self.gamma,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CostModel":
+        require(isinstance(data, dict), "cost", f"must be an object, got {type(data).__name__}")
+        require("stages" in data, "cost.stages", "is missing")
+        require("gamma" in data, "cost.gamma", "is missing")
+        require(isinstance(data["stages"], list), "cost.stages", "must be a list")
+        stages = []
+        for k, s in enumerate(data["stages"]):
+            require(isinstance(s, dict), f"cost.stages[{k}]", "must be an object")
+            missing = {"name", "layers", "alpha", "beta"} - set(s)
+            require(not missing, f"cost.stages[{k}]", f"misses {sorted(missing)}")
+            stages.append(Stage(str(s["name"]), s["layers"], s["alpha"], s["beta"]))
+        return cls(tuple(stages), data["gamma"])
+
+    @classmethod
+    def from_model(cls, spec) -> "CostModel":
+        """FLOP-based default coefficients of a model spec (see :mod:`rp_opt.models`)."""
+        from .models import cost_from_spec
+
+        return cost_from_spec(spec)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A window, the cluster it runs on and the cost model: everything a planner needs."""
+
+    window: Window
+    cluster: Cluster
+    cost: CostModel
+    model: str = "custom"
+    meta: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        self.cluster.validate_window(self.window)
