@@ -1,0 +1,62 @@
+"""Registry of planners (solvers that return a full plan).
+
+A planner is a function ``(instance, *, objective, time_limit, seed, warm_start, **options)
+-> Result``. Register it with :func:`register_solver`; ``rp-opt plan --solver NAME`` and
+:class:`rp_opt.Planner` find it by name. Modules that define planners are imported lazily
+by :func:`get_solver`, so importing rp_opt stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+from .errors import InputError
+
+_SOLVERS: dict[str, Callable] = {}
+_DESCRIPTIONS: dict[str, str] = {}
+
+# modules that register planners when imported (name -> module)
+_PROVIDERS = {
+    "baseline": "rp_opt.packing.baseline",
+    "kk": "rp_opt.packing.baseline",
+    "lpt-ffd": "rp_opt.packing.baseline",
+    "exact": "rp_opt.packing.exact",
+    "joint": "rp_opt.packing.exact",
+    "heuristic": "rp_opt.packing.anneal",
+    "auto": "rp_opt.planner",
+}
+
+
+def register_solver(name: str, description: str = ""):
+    """Decorator: make the planner available under ``name``."""
+
+    def wrap(func: Callable) -> Callable:
+        _SOLVERS[name] = func
+        _DESCRIPTIONS[name] = description or (func.__doc__ or "").strip().split("\n")[0]
+        return func
+
+    return wrap
+
+
+def get_solver(name: str) -> Callable:
+    """The planner registered as ``name`` (importing its module on first use)."""
+    if name not in _SOLVERS and name in _PROVIDERS:
+        try:
+            importlib.import_module(_PROVIDERS[name])
+        except ModuleNotFoundError as exc:
+            if not exc.name or not exc.name.startswith("rp_opt"):
+                raise
+    if name not in _SOLVERS:
+        raise InputError("solver", f"unknown solver {name!r}; known: {', '.join(solver_names())}")
+    return _SOLVERS[name]
+
+
+def solver_names() -> list[str]:
+    for module in set(_PROVIDERS.values()):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if not exc.name or not exc.name.startswith("rp_opt"):
+                raise
+    return sorted(_SOLVERS)
