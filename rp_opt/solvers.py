@@ -60,3 +60,29 @@ def solver_names() -> list[str]:
             if not exc.name or not exc.name.startswith("rp_opt"):
                 raise
     return sorted(_SOLVERS)
+
+
+def plan_result(instance, placement, layout, objective, *, solver: str, seconds: float,
+                status: str | None = None, bound: float | None = None, stats: dict | None = None,
+                demand_by_rank=None):
+    """Score a plan and wrap it in the common :class:`~rp_opt.result.Result`.
+
+    ``bound`` defaults to the analytic bound of MODEL.md that holds for every placement
+    and every layout of the same row count (so the gap is honest for any solver).
+    """
+    from .cost import cost_bounds, get_objective, layout_costs
+    from .result import FEASIBLE, Plan, Result
+
+    objective = get_objective(objective)
+    costs = layout_costs(instance, placement, layout, demand_by_rank)
+    value = objective.evaluate(costs)
+    analytic = cost_bounds(instance, layout.num_rows).objective(objective)[0]
+    bound = analytic if bound is None else max(bound, analytic)
+    stats = dict(stats or {})
+    stats.setdefault("analytic_bound", analytic)
+    plan = Plan(placement, layout, objective.name, value, stats)
+    # a bound meeting the primary proves only the primary level; later levels stay open,
+    # so a solver that has not proven them reports `feasible`
+    stats.setdefault("primary_proven", bool(bound >= value[0] * (1 - 1e-9)))
+    status = FEASIBLE if status is None else status
+    return Result(status, plan, value, bound, seconds, solver, stats)

@@ -1,0 +1,195 @@
+"""Baseline packers: what trainers run today.
+
+- ``ffd``: the length-only first-fit-decreasing allocator used by AReaL: lengths in
+  decreasing order into R*·D bins of capacity C; among the bins an item fits, the one
+  holding the fewest sequences (ties: the lowest bin index).
+- ``kk``: Karmarkar-Karp largest differencing on the workload w(T) = c·T + T^2 into R*·D
+  partitions of equal sample counts (as verl does; counts differ by at most one when R*·D
+  does not divide N), then a repair that moves samples out of any cell over capacity.
+
+Bins become cells by index: bin b is cell (b div D, b mod D), i.e. row r holds bins
+r·D .. r·D + D - 1. When a rule cannot fit the window into R*·D bins it retries with one
+more row, and says so in ``stats["extra_rows"]``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+
+import numpy as np
+
+from ..errors import InputError
+from ..result import FEASIBLE
+from ..solution import Layout, Placement
+from ..solvers import plan_result, register_solver
+from ..window import CostModel, Instance, Window
+
+log = logging.getLogger("rp_opt")
+
+
+def ffd_bins(lengths: np.ndarray, num_bins: int, capacity: int) -> np.ndarray | None:
+    """AReaL-style FFD into ``num_bins`` bins; bin of every item, or None if an item fits nowhere."""
+    order = np.argsort(-lengths, kind="stable")
+    load = np.zeros(num_bins, dtype=np.int64)
+    count = np.zeros(num_bins, dtype=np.int64)
+    bin_of = np.empty(lengths.size, dtype=np.int64)
+    big = np.iinfo(np.int64).max
+    for i in order:
+        fits = load + lengths[i] <= capacity
+        if not fits.any():
+            return None
+        b = int(np.argmin(np.where(fits, count, big)))
+        bin_of[i] = b
+        load[b] += lengths[i]
+        count[b] += 1
+    return bin_of
+
+
+def workload_constant(cost: CostModel) -> float:
+    """c of w(T) = c·T + T^2: the ratio of per-token to per-pair attention work."""
+    beta = float(cost.layers @ cost.beta)
+    alpha = float(cost.layers @ cost.alpha)
+    return alpha / beta if beta > 0 else float("inf")
+
+
+def kk_partition(weights: np.ndarray, num_parts: int) -> np.ndarray:
+    """Largest differencing into ``num_parts`` parts of equal counts (+-1); part of every item."""
+    n = weights.size
+    order = np.argsort(-weights, kind="stable")
+    padded = -(-n // num_parts) * num_parts
+    order = np.concatenate([order, np.full(padded - n, -1)])  # -1: zero-weight dummies
+    heap = []
+    for k, start in enumerate(range(0, padded, num_parts)):
+        chunk = order[start:start + num_parts]
+        sums = np.where(chunk >= 0, weights[np.maximum(chunk, 0)], 0.0)
+        parts = [[int(i)] if i >= 0 else [] for i in chunk]
+        # a state: (-spread, tie, sums, parts) with parts sorted by decreasing sum
+        heapq.heappush(heap, (-(sums.max() - sums.min()), k, sums, parts))
+    tie = len(heap)
+    while len(heap) > 1:
+        _, _, sums_a, parts_a = heapq.heappop(heap)
+        _, _, sums_b, parts_b = heapq.heappop(heap)
+        # largest part of one state with the smallest of the other
+        a = np.argsort(-sums_a, kind="stable")
+        b = np.argsort(sums_b, kind="stable")
+        sums = sums_a[a] + sums_b[b]
+        parts = [parts_a[x] + parts_b[y] for x, y in zip(a, b)]
+        tie += 1
+        heapq.heappush(heap, (-(sums.max() - sums.min()), tie, sums, parts))
+    part_of = np.empty(n, dtype=np.int64)
+    for p, items in enumerate(heap[0][3]):
+        part_of[np.asarray(items, dtype=np.int64)] = p
+    return part_of
+
+
+def repair_capacity(lengths: np.ndarray, bin_of: np.ndarray, num_bins: int, capacity: int) -> np.ndarray | None:
+    """Move samples out of bins over capacity (largest that fits elsewhere, into the emptiest
+    bin); None when no move helps. Bins keep at least one sample."""
+    bin_of = bin_of.copy()
+    load = np.bincount(bin_of, weights=lengths, minlength=num_bins)
+    count = np.bincount(bin_of, minlength=num_bins)
+    for _ in range(lengths.size):
+        over = np.flatnonzero(load > capacity)
+        if over.size == 0:
+            return bin_of
+        b = int(over[0])
+        members = np.flatnonzero(bin_of == b)
+        members = members[np.argsort(-lengths[members], kind="stable")]
+        target = int(np.argmin(load))
+        moved = False
+        for i in members:
+            if count[b] > 1 and load[target] + lengths[i] <= capacity:
+                bin_of[i] = target
+                load[b] -= lengths[i]
+                load[target] += lengths[i]
+                count[b] -= 1
+                count[target] += 1
+                moved = True
+                break
+        if not moved:
+            return None
+    return bin_of if not np.any(load > capacity) else None
+
+
+def _kk_bins(instance: Instance, num_bins: int) -> np.ndarray | None:
+    window, cluster = instance.window, instance.cluster
+    c = workload_constant(instance.cost)
+    lengths = window.lengths.astype(np.float64)
+    weights = lengths if not np.isfinite(c) else c * lengths + lengths ** 2
+    part_of = kk_partition(weights, num_bins)
+    return repair_capacity(window.lengths, part_of, num_bins, cluster.capacity)
+
+
+_RULES = {"ffd": lambda inst, bins: ffd_bins(inst.window.lengths, bins, inst.cluster.capacity), "kk": _kk_bins}
+
+
+def min_rows(window: Window, cluster) -> int:
+    """R* from the certifier when it is available, otherwise the FFD upper bound."""
+    try:
+        from ..rows import certify_rows
+    except ImportError:
+        certify_rows = None
+    if certify_rows is not None:
+        cert = certify_rows(window, cluster)
+        if cert.r_star is None:
+            raise InputError("window", getattr(cert, "reason", "no layout exists"))
+        return int(cert.r_star)
+    bins = 1
+    while ffd_bins(window.lengths, bins, cluster.capacity) is None:
+        bins *= 2
+    low = bins // 2
+    while low + 1 < bins:  # smallest number of FFD bins
+        mid = (low + bins) // 2
+        if ffd_bins(window.lengths, mid, cluster.capacity) is None:
+            low = mid
+        else:
+            bins = mid
+    rows = -(-bins // cluster.dp)
+    if rows * cluster.dp > window.num_samples:
+        raise InputError("window", f"has {window.num_samples} samples for {rows * cluster.dp} cells")
+    return rows
+
+
+def pack(instance: Instance, rule: str = "ffd", num_rows: int | None = None) -> tuple[Layout, dict]:
+    """A baseline layout by ``rule`` (``ffd`` or ``kk``) with ``num_rows`` rows (default R*)."""
+    if rule not in _RULES:
+        raise InputError("packing", f"unknown rule {rule!r}; known: {', '.join(_RULES)}")
+    window, cluster = instance.window, instance.cluster
+    rows = min_rows(window, cluster) if num_rows is None else int(num_rows)
+    extra = 0
+    while True:
+        if (rows + extra) * cluster.dp > window.num_samples:
+            raise InputError("window", f"{rule} cannot fill {(rows + extra) * cluster.dp} cells with "
+                                       f"{window.num_samples} samples")
+        bin_of = _RULES[rule](instance, (rows + extra) * cluster.dp)
+        if bin_of is not None:
+            break
+        extra += 1
+    if extra:
+        log.info("%s needed %d rows more than R*=%d", rule, extra, rows)
+    return Layout.from_bins(bin_of, rows + extra, cluster.dp), {"rows": rows + extra, "r_star": rows, "extra_rows": extra}
+
+
+def _baseline_solver(placement_rule: str, packing_rule: str):
+    def solve(instance: Instance, *, objective="sync", time_limit=None, seed=0, warm_start=None, **options):
+        start = time.perf_counter()
+        window, cluster = instance.window, instance.cluster
+        if placement_rule == "lpt":
+            from ..placement import lpt_placement
+            placement = lpt_placement(window, cluster.ep)
+        else:
+            placement = Placement.identity(window.num_layers, window.num_experts, cluster.ep)
+        layout, stats = pack(instance, packing_rule, options.get("num_rows"))
+        stats.update(placement=placement_rule, packing=packing_rule)
+        return plan_result(instance, placement, layout, objective, solver=f"{placement_rule}+{packing_rule}",
+                           seconds=time.perf_counter() - start, status=FEASIBLE, stats=stats)
+
+    solve.__doc__ = f"{placement_rule} placement + {packing_rule} packing (baseline)"
+    return solve
+
+
+register_solver("baseline", "identity placement + ffd packing (what AReaL runs)")(_baseline_solver("identity", "ffd"))
+register_solver("kk", "identity placement + Karmarkar-Karp workload packing (what verl runs)")(_baseline_solver("identity", "kk"))
+register_solver("lpt-ffd", "LPT placement + ffd packing")(_baseline_solver("lpt", "ffd"))
