@@ -1,0 +1,44 @@
+"""rp-opt eval: check a plan file against a window and score it."""
+
+from __future__ import annotations
+
+from ..check import check_plan
+from ..cost import get_objective
+from ..io import read_plan_file
+from ._common import add_json, emit_json, open_instance
+
+
+def register(sub) -> None:
+    p = sub.add_parser("eval", help="check a plan and recompute its score")
+    p.add_argument("file", help="instance .npz")
+    p.add_argument("plan", help="plan .json")
+    p.add_argument("--objective", default=None, help="score under this objective (default: the plan's)")
+    p.add_argument("--rows", type=int, default=None, help="require exactly this many rows (e.g. R*)")
+    add_json(p)
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    instance, _ = open_instance(args.file)
+    data = read_plan_file(args.plan)
+    objective = get_objective(args.objective or data.get("objective", "sync"))
+    report = check_plan(instance, data["placement"], data["rows"], objective, args.rows)
+    out = report.to_dict()
+    out["objective"] = objective.name
+    out["num_rows"] = len(data["rows"]) if isinstance(data["rows"], list) else None
+    claimed = data.get("score")
+    if report.score is not None and claimed:
+        out["claimed_score"] = claimed
+        out["score_matches"] = bool(objective.name != data.get("objective") or all(
+            abs(a - b) <= 1e-6 * max(1.0, abs(b)) for a, b in zip(report.score, claimed)))
+    if args.json:
+        emit_json(out)
+    else:
+        print(f"valid: {str(report.valid).lower()}")
+        for v in report.violations:
+            print(f"  violation: {v}")
+        if report.score is not None:
+            print(f"score ({objective.name}): (" + ", ".join(f"{x:.6g}" for x in report.score) + ")")
+        if out.get("score_matches") is False:
+            print(f"  the plan file claims {claimed}")
+    return 0 if report.valid else 1

@@ -1,0 +1,58 @@
+"""rp-opt show: describe a window file (and a plan for it)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cost import cost_bounds, layout_costs, rank_load
+from ..io import load_plan
+from ..solution import Placement
+from ._common import add_json, emit_json, open_instance, table
+
+
+def register(sub) -> None:
+    p = sub.add_parser("show", help="describe a window (and optionally a plan)")
+    p.add_argument("file", nargs="?", help="instance .npz (default: the embedded default)")
+    p.add_argument("--plan", help="plan .json to describe row by row")
+    add_json(p)
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    instance, path = open_instance(args.file)
+    w, c = instance.window, instance.cluster
+    identity = Placement.identity(w.num_layers, w.num_experts, c.ep)
+    load = rank_load(w, identity)
+    imbalance = load.max(axis=1) / np.maximum(load.mean(axis=1), 1e-12)
+    info = {
+        "file": path, "model": instance.model, "samples": w.num_samples, "layers": w.num_layers,
+        "experts": w.num_experts, "top_k": w.top_k,
+        "cluster": {"dp": c.dp, "edp": c.edp, "ep": c.ep, "capacity": c.capacity,
+                    "max_samples_per_cell": c.max_samples_per_cell},
+        "cost": instance.cost.to_dict(),
+        "tokens": int(w.lengths.sum()),
+        "lengths": {q: float(np.percentile(w.lengths, p)) for q, p in
+                    (("min", 0), ("p50", 50), ("p90", 90), ("max", 100))},
+        "identity_max_over_mean": {"min": float(imbalance.min()), "median": float(np.median(imbalance)),
+                                   "max": float(imbalance.max())},
+    }
+    rows = None
+    if args.plan:
+        plan = load_plan(args.plan, instance)
+        costs = layout_costs(instance, plan.placement, plan.layout)
+        rows = [[r, *(f"{x:.4g}" for x in costs.joint[r])] for r in range(plan.num_rows)]
+        info["plan"] = {"rows": plan.num_rows, "J": costs.joint.tolist(),
+                        "bound": cost_bounds(instance, plan.num_rows, plan.placement).objective(plan.objective)}
+    if args.json:
+        emit_json(info)
+        return 0
+    print(f"{path}: {instance.model}, N={w.num_samples}, L={w.num_layers}, E={w.num_experts}, top-{w.top_k}")
+    print(f"cluster: D={c.dp} G={c.edp} P={c.ep} C={c.capacity} m={c.max_samples_per_cell}")
+    print("lengths: " + ", ".join(f"{k} {v:.0f}" for k, v in info["lengths"].items()) + f"; {info['tokens']} tokens")
+    print("identity placement, per-layer max/mean rank load: "
+          + ", ".join(f"{k} {v:.2f}" for k, v in info["identity_max_over_mean"].items()))
+    print(table(["stage", "layers", "alpha", "beta"], [[s.name, s.layers, s.alpha, s.beta] for s in instance.cost.stages]))
+    print(f"gamma {instance.cost.gamma:.6g}")
+    if rows is not None:
+        print(table(["row"] + [f"J[g={g}]" for g in range(c.edp)], rows))
+    return 0

@@ -1,0 +1,56 @@
+"""Baseline packers: ffd (AReaL's rule) and kk (verl's), and the baseline solvers."""
+
+import numpy as np
+import pytest
+
+from rp_opt import check
+from rp_opt.packing.baseline import ffd_bins, kk_partition, pack, repair_capacity
+from rp_opt.solvers import get_solver
+
+from conftest import random_instance
+
+
+def test_ffd_fewest_sequences_rule():
+    """Lengths 6,5,4,3,2,1 into 3 bins of 10: the first three open one bin each; 3 goes to
+    the bin with fewest items among those it fits (all have one: lowest index, bin 0 with 6 -> 9);
+    2 to bin 1 (5 -> 7), 1 to bin 2 (4 -> 5)."""
+    bins = ffd_bins(np.array([6, 5, 4, 3, 2, 1]), 3, 10)
+    np.testing.assert_array_equal(bins, [0, 1, 2, 0, 1, 2])
+    assert ffd_bins(np.array([6, 6, 6]), 2, 10) is None
+
+
+def test_kk_equal_counts_and_balance():
+    weights = np.array([8.0, 7, 6, 5, 4, 3, 2, 1])
+    parts = kk_partition(weights, 2)
+    counts = np.bincount(parts)
+    assert counts.tolist() == [4, 4]
+    sums = np.bincount(parts, weights=weights)
+    assert abs(sums[0] - sums[1]) <= 2
+    uneven = kk_partition(np.arange(1, 8, dtype=float), 3)
+    assert sorted(np.bincount(uneven).tolist()) == [2, 2, 3]
+
+
+def test_repair_moves_out_of_over_capacity_bin():
+    lengths = np.array([5, 5, 5, 1])
+    fixed = repair_capacity(lengths, np.array([0, 0, 1, 1]), 2, 10)
+    assert fixed is not None
+    assert np.bincount(fixed, weights=lengths, minlength=2).max() <= 10
+
+
+@pytest.mark.parametrize("solver", ["baseline", "kk"])
+@pytest.mark.parametrize("seed", range(5))
+def test_baseline_solvers_valid(solver, seed):
+    instance = random_instance(seed, n=24, dp=4, edp=2, ep=2, capacity=64)
+    result = get_solver(solver)(instance, objective="sync")
+    report = check(instance, result.plan)
+    assert report.valid, report.violations
+    np.testing.assert_allclose(report.score, result.score)
+    assert result.bound <= result.score[0]
+    assert result.status == "feasible"
+
+
+def test_pack_rows_at_least_area_bound():
+    instance = random_instance(2, n=30, dp=2, capacity=64)
+    layout, stats = pack(instance, "ffd")
+    assert layout.num_rows * 2 * 64 >= instance.window.lengths.sum()
+    assert stats["extra_rows"] == 0

@@ -1,0 +1,116 @@
+"""The independent plan checker rejects every corrupted plan."""
+
+import copy
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from rp_opt import Cluster, CostModel, Instance, Placement, Stage, Window, check_plan
+from rp_opt.packing.baseline import pack
+
+from conftest import random_instance
+
+
+def _valid_plan(instance):
+    w = instance.window
+    placement = Placement.identity(w.num_layers, w.num_experts, instance.cluster.ep).to_list()
+    layout, _ = pack(instance, "ffd")
+    rows = layout.to_rows()
+    assert check_plan(instance, placement, rows).valid
+    return placement, rows
+
+
+def _nonempty_cells(rows):
+    return [(r, d) for r, row in enumerate(rows) for d, cell in enumerate(row) if cell]
+
+
+seeds = st.integers(0, 100_000)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=seeds, pick=st.integers(0, 10_000))
+def test_duplicated_sample_rejected(seed, pick):
+    instance = random_instance(seed, n=12, dp=2, capacity=64)
+    placement, rows = _valid_plan(instance)
+    cells = _nonempty_cells(rows)
+    (r1, d1), (r2, d2) = cells[pick % len(cells)], cells[(pick // 7) % len(cells)]
+    bad = copy.deepcopy(rows)
+    bad[r2][d2].append(rows[r1][d1][0])
+    report = check_plan(instance, placement, bad)
+    assert not report.valid
+    assert any("appears 2 times" in v for v in report.violations)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=seeds, pick=st.integers(0, 10_000))
+def test_dropped_sample_rejected(seed, pick):
+    instance = random_instance(seed, n=12, dp=2, capacity=64)
+    placement, rows = _valid_plan(instance)
+    r, d = _nonempty_cells(rows)[pick % len(_nonempty_cells(rows))]
+    bad = copy.deepcopy(rows)
+    dropped = bad[r][d].pop()
+    report = check_plan(instance, placement, bad)
+    assert not report.valid
+    assert f"rows: sample {dropped} is in no cell" in report.violations
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=seeds, pick=st.integers(0, 10_000))
+def test_over_capacity_cell_rejected(seed, pick):
+    """Lengths above C/2: every valid cell holds one sample, so moving one into another
+    cell overfills it."""
+    rng = np.random.default_rng(seed)
+    n, capacity = 6, 100
+    lengths = rng.integers(51, 101, n)
+    window = Window(lengths, rng.integers(0, 5, (n, 2, 4)), top_k=1)
+    instance = Instance(window, Cluster(2, 1, 2, capacity), CostModel((Stage("a", 1, 1.0, 0.0),), 1.0))
+    placement, rows = _valid_plan(instance)
+    cells = _nonempty_cells(rows)
+    (r1, d1) = cells[pick % len(cells)]
+    (r2, d2) = cells[(pick + 1 + pick // 7 % (len(cells) - 1)) % len(cells)]
+    bad = copy.deepcopy(rows)
+    bad[r2][d2].append(bad[r1][d1].pop())
+    report = check_plan(instance, placement, bad)
+    assert not report.valid
+    assert any("more than the capacity" in v for v in report.violations)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=seeds, pick=st.integers(0, 10_000))
+def test_empty_cell_rejected(seed, pick):
+    instance = random_instance(seed, n=20, dp=2, capacity=2000)  # loose capacity: moving stays within C
+    placement, rows = _valid_plan(instance)
+    cells = _nonempty_cells(rows)
+    (r1, d1) = cells[pick % len(cells)]
+    (r2, d2) = cells[(pick + 1) % len(cells)]
+    bad = copy.deepcopy(rows)
+    bad[r2][d2].extend(bad[r1][d1])
+    bad[r1][d1] = []
+    report = check_plan(instance, placement, bad)
+    assert not report.valid
+    assert f"rows[{r1}][{d1}]: empty cell" in report.violations
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=seeds, layer=st.integers(0, 2), expert=st.integers(0, 7))
+def test_unbalanced_placement_rejected(seed, layer, expert):
+    instance = random_instance(seed, n=12, layers=3, experts=8, ep=2)
+    placement, rows = _valid_plan(instance)
+    bad = copy.deepcopy(placement)
+    bad[layer][expert] = 1 - bad[layer][expert]
+    report = check_plan(instance, bad, rows)
+    assert not report.valid
+    assert any(v.startswith(f"placement: layer {layer} rank") for v in report.violations)
+
+
+def test_sample_limit_and_shape_and_row_count():
+    instance = random_instance(3, n=12, dp=2, capacity=2000, m=2)
+    placement, rows = _valid_plan(random_instance(3, n=12, dp=2, capacity=2000))
+    report = check_plan(instance, placement, rows, num_rows=len(rows) + 1)
+    assert not report.valid
+    assert any("more than m=2" in v for v in report.violations)
+    assert any("expected R=" in v for v in report.violations)
+    ragged = [row[:1] for row in rows]
+    assert not check_plan(instance, placement, ragged).valid
+    assert not check_plan(instance, [[0, 1]], rows).valid
+    assert not check_plan(instance, placement, [[[-1] + rows[0][0], rows[0][1]]] + rows[1:]).valid

@@ -1,0 +1,55 @@
+"""The rp-opt command: gen -> plan -> eval round trip, JSON contract, exit codes."""
+
+import json
+
+from rp_opt.cli import main
+
+
+def _json(capsys):
+    return json.loads(capsys.readouterr().out)
+
+
+def test_gen_plan_eval_round_trip(tmp_path, capsys):
+    window = str(tmp_path / "w.npz")
+    plan = str(tmp_path / "p.json")
+    assert main(["gen", "--model", "ling-flash-like", "--samples", "64", "--dp", "8", "--edp", "2", "--ep", "8",
+                 "--capacity", "32768", "--layers", "4", "--seed", "3", "-o", window, "--json"]) == 0
+    gen = _json(capsys)
+    assert gen["samples"] == 64 and gen["layers"] == 4 and gen["experts"] == 256
+    assert main(["plan", window, "--solver", "baseline", "--objective", "shard", "--json", "-o", plan]) == 0
+    out = _json(capsys)
+    assert out["objective"] == "shard" and out["valid"] is True
+    assert isinstance(out["score"], list) and len(out["score"]) == 3
+    assert out["num_rows"] >= 1 and out["seconds"] >= 0
+    assert main(["eval", window, plan, "--json"]) == 0
+    ev = _json(capsys)
+    assert ev["valid"] is True and ev["violations"] == []
+    assert ev["score"] == out["score"]
+
+
+def test_eval_invalid_plan_exit_1(tmp_path, capsys):
+    window = str(tmp_path / "w.npz")
+    plan = tmp_path / "p.json"
+    main(["gen", "--samples", "32", "--dp", "4", "--ep", "4", "--layers", "2", "-o", window])
+    main(["plan", window, "-o", str(plan)])
+    capsys.readouterr()
+    data = json.loads(plan.read_text())
+    data["rows"][0][0].append(data["rows"][0][1][0])  # duplicate a sample
+    plan.write_text(json.dumps(data))
+    assert main(["eval", window, str(plan), "--json"]) == 1
+    out = _json(capsys)
+    assert out["valid"] is False and any("appears 2 times" in v for v in out["violations"])
+
+
+def test_default_instance_and_show(capsys):
+    assert main(["plan", "--json"]) == 0
+    assert _json(capsys)["valid"] is True
+    assert main(["show", "--json"]) == 0
+    assert _json(capsys)["samples"] == 128
+
+
+def test_unknown_solver_and_objective(capsys):
+    assert main(["plan", "--solver", "magic"]) == 2
+    assert "solver: unknown solver 'magic'" in capsys.readouterr().err
+    assert main(["plan", "--objective", "fast"]) == 2
+    assert "objective: unknown objective 'fast'" in capsys.readouterr().err

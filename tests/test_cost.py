@@ -1,0 +1,101 @@
+"""Cost model, objectives and bounds (rp_opt.cost) against hand computation and invariants."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from rp_opt import Layout, Placement, check_plan, cost_bounds, get_objective, layout_costs, score
+from rp_opt.cost import Costs, rank_demand, rank_load
+from rp_opt.packing.baseline import pack
+
+from conftest import hand_instance, random_instance
+
+HAND_PLACEMENT = Placement(np.array([[0, 0, 1, 1], [0, 1, 0, 1]]), 2)
+# row 0: slot 0 {0}, slot 1 {1}; row 1: slot 0 {2}, slot 1 {3}
+HAND_LAYOUT = Layout(np.array([0, 1, 2, 3]), 2, 2)
+
+
+def test_hand_computed_costs(hand):
+    """A[0] = 1*max(3,1) + 2*max(9,1) = 21; A[1] = 1*2 + 2*4 = 10.
+    Row 0 (samples 0, 1): layer 0 ranks (3, 1), layer 1 ranks (3, 1): X = 0.5 (3 + 3) = 3.
+    Row 1 (samples 2, 3): layer 0 ranks (2, 2), layer 1 ranks (0, 4): X = 0.5 (2 + 4) = 3."""
+    costs = layout_costs(hand, HAND_PLACEMENT, HAND_LAYOUT)
+    np.testing.assert_allclose(costs.attention, [[21.0], [10.0]])
+    np.testing.assert_allclose(costs.expert, [[3.0], [3.0]])
+    np.testing.assert_allclose(costs.joint, [[24.0], [13.0]])
+    np.testing.assert_allclose(costs.rank_load[0, 0], [[3, 1], [3, 1]])
+    np.testing.assert_allclose(costs.rank_load[1, 0], [[2, 2], [0, 4]])
+    assert score(hand, HAND_PLACEMENT, HAND_LAYOUT, "sync") == (37.0, 37.0, 24.0)
+    assert score(hand, HAND_PLACEMENT, HAND_LAYOUT, "shard") == (37.0, 37.0, 24.0)
+    report = check_plan(hand, HAND_PLACEMENT.to_list(), HAND_LAYOUT.to_rows(), "sync")
+    assert report.valid and report.score == (37.0, 37.0, 24.0)
+
+
+def test_rank_demand_and_load(hand):
+    rd = rank_demand(hand.window, HAND_PLACEMENT)
+    assert rd.shape == (4, 2, 2)
+    np.testing.assert_array_equal(rd[0], [[3, 0], [2, 1]])
+    np.testing.assert_array_equal(rank_load(hand.window, HAND_PLACEMENT), rd.sum(axis=0))
+
+
+def test_model_example_shard_vs_sync():
+    """MODEL.md: J_A = [[100,0],[0,100]] vs J_B = [[60,60],[60,60]] (rows x shards)."""
+    zero = np.zeros((2, 2))
+    a = Costs(np.array([[100.0, 0.0], [0.0, 100.0]]), zero, np.zeros((2, 2, 1, 1)))
+    b = Costs(np.full((2, 2), 60.0), zero, np.zeros((2, 2, 1, 1)))
+    shard, sync = get_objective("shard"), get_objective("sync")
+    assert shard.evaluate(a)[0] == 100 and sync.evaluate(a)[0] == 200
+    assert shard.evaluate(b)[0] == 120 and sync.evaluate(b)[0] == 120
+    assert shard.evaluate(a) < shard.evaluate(b)
+    assert sync.evaluate(b) < sync.evaluate(a)
+
+
+def test_unknown_objective_names_known_ones():
+    from rp_opt import InputError
+    with pytest.raises(InputError, match="unknown objective 'fast'.*shard.*sync"):
+        get_objective("fast")
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), perm_seed=st.integers(0, 10_000), objective=st.sampled_from(["shard", "sync"]))
+def test_row_permutation_and_rank_relabelling_invariance(seed, perm_seed, objective):
+    instance = random_instance(seed, n=14, dp=4, edp=2, ep=2, capacity=80)
+    window = instance.window
+    placement = Placement.identity(window.num_layers, window.num_experts, 2)
+    layout, _ = pack(instance, "ffd")
+    base = score(instance, placement, layout, objective)
+    rng = np.random.default_rng(perm_seed)
+    permuted = layout.permute_rows(rng.permutation(layout.num_rows))
+    np.testing.assert_allclose(score(instance, placement, permuted, objective), base)
+    # relabel ranks consistently within every layer
+    relabel = np.stack([rng.permutation(2) for _ in range(window.num_layers)])
+    relabelled = Placement(np.take_along_axis(relabel, placement.ranks, axis=1), 2)
+    np.testing.assert_allclose(score(instance, relabelled, layout, objective), base)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), objective=st.sampled_from(["shard", "sync", "weighted", "attention"]))
+def test_vectorised_cost_equals_checker(seed, objective):
+    instance = random_instance(seed, n=16, dp=4, edp=2, ep=4, capacity=64)
+    w = instance.window
+    rng = np.random.default_rng(seed)
+    placement = Placement(np.stack([rng.permutation(np.arange(w.num_experts) % 4) for _ in range(w.num_layers)]), 4)
+    layout, _ = pack(instance, "ffd")
+    report = check_plan(instance, placement.to_list(), layout.to_rows(), objective)
+    assert report.valid, report.violations
+    np.testing.assert_allclose(report.score, score(instance, placement, layout, objective), rtol=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), objective=st.sampled_from(["shard", "sync", "weighted"]))
+def test_bounds_below_scores(seed, objective):
+    """Analytic bounds (placement-free and for the plan's placement) never exceed a plan's score."""
+    instance = random_instance(seed, n=16, dp=4, edp=2, ep=2, capacity=64)
+    w = instance.window
+    placement = Placement.identity(w.num_layers, w.num_experts, 2)
+    for rule in ("ffd", "kk"):
+        layout, _ = pack(instance, rule)
+        value = score(instance, placement, layout, objective)
+        for bounds in (cost_bounds(instance, layout.num_rows), cost_bounds(instance, layout.num_rows, placement)):
+            for b, v in zip(bounds.objective(objective), value):
+                assert b <= v * (1 + 1e-12)

@@ -1,0 +1,102 @@
+"""Instance and plan files: round trips, and one-line errors (exit code 2) for bad input."""
+
+import json
+
+import numpy as np
+import pytest
+
+from rp_opt import InputError
+from rp_opt.cli import main
+from rp_opt.io import load_instance, load_plan, save_instance, save_plan
+from rp_opt.packing.baseline import pack
+from rp_opt.solution import Placement
+from rp_opt.result import Plan
+
+from conftest import random_instance
+
+GOOD_META = {
+    "format": "rp-opt-window/1", "top_k": 2, "model": "test",
+    "cluster": {"dp": 2, "edp": 1, "ep": 2, "capacity": 100, "max_samples_per_cell": None},
+    "cost": {"stages": [{"name": "lin", "layers": 2, "alpha": 1.0, "beta": 0.0}], "gamma": 0.5},
+}
+
+
+def _write(path, lengths=None, demand=None, meta=None, **extra):
+    lengths = np.array([10, 20, 30, 40]) if lengths is None else lengths
+    demand = np.ones((4, 3, 4), dtype=np.int64) if demand is None else demand
+    meta = GOOD_META if meta is None else meta
+    np.savez(path, lengths=lengths, demand=demand, meta=np.array(json.dumps(meta)), **extra)
+    return str(path)
+
+
+def _meta(**changes):
+    meta = json.loads(json.dumps(GOOD_META))
+    for key, value in changes.items():
+        if key in meta["cluster"]:
+            meta["cluster"][key] = value
+        else:
+            meta[key] = value
+    return meta
+
+
+BAD_CASES = {
+    "demand wrong shape": (dict(demand=np.ones((3, 3, 4))), "demand: has 3 samples but lengths has 4"),
+    "demand 2-D": (dict(demand=np.ones((4, 4))), "demand: must be 3-D [N, L, E], got shape (4, 4)"),
+    "lengths 2-D": (dict(lengths=np.ones((4, 1))), "lengths: must be 1-D [N], got shape (4, 1)"),
+    "negative demand": (dict(demand=-np.ones((4, 3, 4))), "demand: holds a negative count -1"),
+    "zero length": (dict(lengths=np.array([10, 0, 30, 40])), "lengths: sample 1 has length 0"),
+    "sample longer than C": (dict(lengths=np.array([10, 20, 300, 40])),
+                             "lengths: sample 2 has 300 tokens, more than the capacity C=100"),
+    "E not divisible by P": (dict(meta=_meta(ep=3)), "cluster.ep: P=3 does not divide E=4"),
+    "D not divisible by G": (dict(meta=_meta(dp=3, edp=2)), "cluster.edp: G=2 does not divide D=3"),
+    "bad format": (dict(meta=_meta(format="other")), "meta.format: must be 'rp-opt-window/1', got 'other'"),
+    "negative attn_work": (dict(attn_work=np.array([1.0, -2.0, 3.0, 4.0])), "attn_work: sample 1 has negative work -2.0"),
+    "non-positive dp": (dict(meta=_meta(dp=0)), "cluster.dp: must be a positive integer, got 0"),
+    "top_k too big": (dict(meta=_meta(top_k=9)), "top_k: 9 exceeds the 4 experts"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CASES))
+def test_bad_instance_one_line_error(tmp_path, capsys, case):
+    kwargs, message = BAD_CASES[case]
+    path = _write(tmp_path / "bad.npz", **kwargs)
+    with pytest.raises(InputError) as info:
+        load_instance(path)
+    assert str(info.value).startswith(message)
+    assert "\n" not in str(info.value)
+    # the CLI prints the same line and exits 2, never a traceback
+    assert main(["plan", path, "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"error: {info.value}"
+
+
+def test_missing_and_garbage_files(tmp_path, capsys):
+    assert main(["plan", str(tmp_path / "nope.npz")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    junk = tmp_path / "junk.npz"
+    junk.write_text("not a zip")
+    assert main(["eval", str(junk), str(junk)]) == 2
+    assert "is not an .npz archive" in capsys.readouterr().err
+
+
+def test_round_trip(tmp_path):
+    instance = random_instance(5, n=10, dp=2, capacity=64)
+    save_instance(tmp_path / "w.npz", instance)
+    loaded = load_instance(tmp_path / "w.npz")
+    np.testing.assert_array_equal(loaded.window.demand, instance.window.demand)
+    np.testing.assert_array_equal(loaded.window.lengths, instance.window.lengths)
+    assert loaded.cluster == instance.cluster and loaded.cost == instance.cost
+    w = instance.window
+    layout, _ = pack(instance, "ffd")
+    plan = Plan(Placement.identity(w.num_layers, w.num_experts, 2), layout, "sync", (1.0, 2.0, 3.0))
+    save_plan(tmp_path / "p.json", plan)
+    again = load_plan(tmp_path / "p.json", loaded)
+    np.testing.assert_array_equal(again.layout.cell_of, layout.cell_of)
+    assert again.score == (1.0, 2.0, 3.0)
+
+
+def test_compact_demand_dtype():
+    instance = random_instance(1)
+    assert instance.window.demand.dtype == np.uint16
+    from rp_opt.window import compact_counts
+    assert compact_counts(np.array([[[70000]]])).dtype == np.uint32
