@@ -1,0 +1,97 @@
+"""Swap local search for the aggregate placement objective, vectorised over layers.
+
+Move: exchange an expert a on the most loaded rank p with an expert b on another rank q.
+With d = load_a - load_b the pair becomes (L_p - d, L_q + d); it improves the pair's
+maximum iff 0 < d < L_p - L_q, and then the sum of squared rank loads falls by
+2 d (L_p - L_q - d) > 0, so the search terminates. Each sweep takes, in every layer still
+improving, the swap that lowers the pair maximum the most (best improvement). The max rank
+load never increases, so the result is never worse than the start (LPT).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import require
+from ..solution import Placement
+from ..window import Window
+from .lpt import _check_load, layer_rank_loads, lpt_ranks
+
+
+def local_search_ranks(load: np.ndarray, ranks: np.ndarray, num_ranks: int,
+                       max_sweeps: int | None = None) -> np.ndarray:
+    """Improve ``ranks`` by best-improvement swaps out of the most loaded rank.
+
+    Parameters
+    ----------
+    load
+        [L, E] expert loads.
+    ranks
+        [L, E] start assignment (balanced: E/P experts per rank); not modified.
+    num_ranks
+        P.
+    max_sweeps
+        Stop after this many sweeps (None: until no layer improves).
+
+    Returns
+    -------
+    numpy.ndarray
+        [L, E] int64 ranks, balanced, with max_p L[l,p] <= that of the start in every layer.
+    """
+    load = _check_load(load, num_ranks)
+    ranks = np.array(np.atleast_2d(ranks), dtype=np.int64, copy=True)
+    require(ranks.shape == load.shape, "ranks", f"shape {ranks.shape} does not match load {load.shape}")
+    num_layers, num_experts = load.shape
+    per_rank = num_experts // num_ranks
+    if num_ranks == 1 or num_experts == 0:
+        return ranks
+    totals = layer_rank_loads(load, ranks, num_ranks)
+    active = np.arange(num_layers)
+    sweeps = 0
+    while active.size and (max_sweeps is None or sweeps < max_sweeps):
+        sweeps += 1
+        w = load[active]                                   # [A, E]
+        rk = ranks[active]                                 # [A, E]
+        tot = totals[active]                               # [A, P]
+        rows = np.arange(active.size)
+        p_max = np.argmax(tot, axis=1)                     # [A]
+        top = tot[rows, p_max]                             # L_p
+        # experts on the max rank: a stable sort puts them first
+        on_max = rk == p_max[:, None]
+        a_idx = np.argsort(~on_max, axis=1, kind="stable")[:, :per_rank]   # [A, k]
+        w_a = np.take_along_axis(w, a_idx, axis=1)         # [A, k]
+        gap = top[:, None] - tot[rows[:, None], rk]        # [A, E]: L_p - L_q(b); 0 on p
+        d = w_a[:, :, None] - w[:, None, :]                # [A, k, E]
+        # reduction of the pair maximum: L_p - max(L_p - d, L_q + d) = min(d, gap - d)
+        gain = np.minimum(d, gap[:, None, :] - d)
+        gain = np.where(d > 0, gain, 0)
+        flat = gain.reshape(active.size, -1)
+        best = np.argmax(flat, axis=1)
+        best_gain = flat[rows, best]
+        move = best_gain > 0
+        if not move.any():
+            break
+        rows, best = rows[move], best[move]
+        layer = active[move]
+        a = a_idx[rows, best // num_experts]
+        b = best % num_experts
+        p, q = ranks[layer, a], ranks[layer, b]
+        delta = load[layer, a] - load[layer, b]
+        ranks[layer, a], ranks[layer, b] = q, p
+        totals[layer, p] -= delta
+        totals[layer, q] += delta
+        active = layer
+    return ranks
+
+
+def lpt_local_search_ranks(load: np.ndarray, num_ranks: int, max_sweeps: int | None = None) -> np.ndarray:
+    """LPT followed by :func:`local_search_ranks` ([L, E] -> [L, E] ranks)."""
+    return local_search_ranks(load, lpt_ranks(load, num_ranks), num_ranks, max_sweeps)
+
+
+def local_search_placement(window: Window, num_ranks: int, start: Placement | None = None,
+                           max_sweeps: int | None = None) -> Placement:
+    """LPT (or ``start``) improved by swap local search, for every layer of ``window``."""
+    load = window.expert_load()
+    ranks = lpt_ranks(load, num_ranks) if start is None else start.ranks
+    return Placement(local_search_ranks(load, ranks, num_ranks, max_sweeps), num_ranks)

@@ -1,0 +1,305 @@
+"""Tests of expert placement: LPT, local search, bounds and the exact models (both backends),
+against hand-checked cases and brute force on tiny layers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from rp_opt import Cluster, CostModel, Instance, Layout, Placement, Stage, Window
+from rp_opt.check import check_plan
+from rp_opt.cost import rank_load, layout_costs
+from rp_opt.errors import InputError
+from rp_opt.placement import (LayerProblem, canonical_ranks, cell_loads, exact_placement, get_placement_objective,
+                              layer_rank_loads, local_search_placement, local_search_ranks, lpt_placement, lpt_ranks,
+                              placement_lower_bound, solve_layer)
+
+BACKENDS = ["highs", "cpsat"]
+
+
+# ---------------------------------------------------------------------------------------
+# fixtures and brute force
+# ---------------------------------------------------------------------------------------
+
+def balanced_assignments(num_experts: int, num_ranks: int) -> np.ndarray:
+    """[M, E] every assignment of E experts to P labelled ranks with E/P per rank."""
+    per_rank = num_experts // num_ranks
+    out, cur, cnt = [], [0] * num_experts, [0] * num_ranks
+
+    def rec(i):
+        if i == num_experts:
+            out.append(list(cur))
+            return
+        for p in range(num_ranks):
+            if cnt[p] < per_rank:
+                cnt[p] += 1
+                cur[i] = p
+                rec(i + 1)
+                cnt[p] -= 1
+
+    rec(0)
+    return np.array(out)
+
+
+def all_rank_totals(values: np.ndarray, assignments: np.ndarray, num_ranks: int) -> np.ndarray:
+    """[..., M, P] rank totals of ``values[..., E]`` under every assignment."""
+    onehot = np.eye(num_ranks)[assignments]                  # [M, E, P]
+    return np.einsum("...e,mep->...mp", values.astype(float), onehot)
+
+
+_ASSIGN: dict = {}
+
+
+def assignments(num_experts, num_ranks):
+    key = (num_experts, num_ranks)
+    if key not in _ASSIGN:
+        _ASSIGN[key] = balanced_assignments(num_experts, num_ranks)
+    return _ASSIGN[key]
+
+
+def tiny_window(load_by_layer) -> Window:
+    """A window of 3 samples whose expert loads sum to ``load_by_layer`` [L, E]: the
+    tokens of every expert are split between the samples by a fixed pattern."""
+    load = np.asarray(load_by_layer, dtype=np.int64)
+    a = np.stack([load // 3, load // 3, load - 2 * (load // 3)])
+    lengths = np.maximum(1, a.sum(axis=(1, 2)) // max(load.shape[0], 1))
+    return Window(lengths, a, top_k=1)
+
+
+def tiny_instance(demand, ep, dp=4, edp=2) -> Instance:
+    """An instance around a hand-made demand [N, L, E] with capacity large enough."""
+    demand = np.asarray(demand)
+    lengths = np.maximum(1, demand.sum(axis=2).max(axis=1))
+    window = Window(lengths, demand, top_k=1)
+    cost = CostModel((Stage("softmax", 2, 1.0, 0.001),), gamma=1.0)
+    return Instance(window, Cluster(dp, edp, ep, int(lengths.sum())), cost)
+
+
+CASES = [(6, 2), (8, 2), (10, 2), (6, 3), (9, 3), (10, 5)]
+
+
+# ---------------------------------------------------------------------------------------
+# the MODEL.md example
+# ---------------------------------------------------------------------------------------
+
+def test_model_md_example_lpt_23_exact_21():
+    """[10,9,8,7,6,2] on 2 ranks of 3: LPT puts {10,7,6} and {9,8,2} (23 and 19); the
+    optimum is {10,9,2} / {8,7,6} = 21 / 21."""
+    load = np.array([[10, 9, 8, 7, 6, 2]])
+    ranks = lpt_ranks(load, 2)
+    assert layer_rank_loads(load, ranks, 2).max() == 23
+    assert sorted(layer_rank_loads(load, ranks, 2)[0].tolist()) == [19, 23]
+    for backend in BACKENDS:
+        # from the LPT start, so the solver (not the bound) must find the 21
+        res = solve_layer(LayerProblem(load[0], 2), "aggregate", warm_start=ranks[0], backend=backend,
+                          prove_with_bound=False, mip_gap=0.0)
+        assert res.value == 21 and res.bound == 21 and res.status == "optimal"
+        assert res.stats["solved_by"] == backend
+        assert sorted(load[0][res.ranks == res.ranks[0]].tolist()) == [2, 9, 10]
+
+
+def test_bound_of_model_md_example_and_hot_expert():
+    """Average bound 42/2 = 21; with a hot expert [100,1,1,1] on 2 ranks of 2 the
+    pigeonhole bound is 100 + 1 = 101, and so is the optimum."""
+    assert placement_lower_bound(np.array([10, 9, 8, 7, 6, 2]), 2).tolist() == [21]
+    assert placement_lower_bound(np.array([100, 1, 1, 1]), 2).tolist() == [101]
+    # j = 1: of the 3 heaviest of [5,5,5,0,0,0] on 3 ranks of 2 ... all fit apart: 5
+    assert placement_lower_bound(np.array([5, 5, 5, 0, 0, 0]), 3).tolist() == [5]
+    # of [5,5,5,5,0,0] on 3 ranks of 2, two 5s share a rank: 10
+    assert placement_lower_bound(np.array([5, 5, 5, 5, 0, 0]), 3).tolist() == [10]
+
+
+# ---------------------------------------------------------------------------------------
+# brute force
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("num_experts,num_ranks", CASES)
+def test_bound_and_heuristics_against_brute_force(num_experts, num_ranks):
+    """bound <= optimum <= LPT + local search <= LPT, on 20 random skewed layers."""
+    rng = np.random.default_rng(num_experts * 10 + num_ranks)
+    load = rng.integers(0, 60, size=(20, num_experts)) * rng.integers(1, 4, size=(20, num_experts))
+    opt = all_rank_totals(load, assignments(num_experts, num_ranks), num_ranks).max(axis=2).min(axis=1)
+    bound = placement_lower_bound(load, num_ranks)
+    lpt = layer_rank_loads(load, lpt_ranks(load, num_ranks), num_ranks).max(axis=1)
+    ls = layer_rank_loads(load, local_search_ranks(load, lpt_ranks(load, num_ranks), num_ranks), num_ranks).max(axis=1)
+    assert np.all(bound <= opt) and np.all(opt <= ls) and np.all(ls <= lpt)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("num_experts,num_ranks", CASES)
+def test_exact_aggregate_equals_brute_force(num_experts, num_ranks, backend):
+    """The MILP/CP-SAT optimum of min max_p L[p] equals exhaustive enumeration, both with the
+    bound shortcut and with the solver forced to run from the LPT start."""
+    rng = np.random.default_rng(1000 + num_experts * 10 + num_ranks)
+    every = assignments(num_experts, num_ranks)
+    for trial in range(3):
+        load = rng.integers(0, 40, size=num_experts) * rng.integers(1, 5, size=num_experts)
+        opt = all_rank_totals(load, every, num_ranks).max(axis=1).min()
+        lpt = lpt_ranks(load[None], num_ranks)[0]
+        for forced in (False, True):
+            res = solve_layer(LayerProblem(load, num_ranks), "aggregate", backend=backend, mip_gap=0.0,
+                              warm_start=lpt if forced else None, prove_with_bound=not forced)
+            assert res.status == "optimal"
+            assert res.value == opt == res.bound
+            assert layer_rank_loads(load[None], res.ranks[None], num_ranks).max() == opt
+            assert np.all(np.bincount(res.ranks, minlength=num_ranks) == num_experts // num_ranks)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("num_experts,num_ranks,tolerance", [(6, 2, 0.0), (8, 2, 0.1), (9, 3, 0.0), (9, 3, 0.15), (10, 5, 0.0)])
+def test_exact_migration_equals_brute_force(num_experts, num_ranks, tolerance, backend):
+    """Fewest experts leaving their current rank among placements with max load <=
+    (1 + tol) * optimum: the model's answer equals enumeration over labelled placements."""
+    rng = np.random.default_rng(7 + num_experts + num_ranks)
+    every = assignments(num_experts, num_ranks)
+    for trial in range(2):
+        load = rng.integers(1, 50, size=num_experts)
+        current = every[rng.integers(len(every))]
+        totals = all_rank_totals(load, every, num_ranks).max(axis=1)
+        cap = np.floor(totals.min() * (1 + tolerance) + 1e-9)
+        moves = (every != current).sum(axis=1)
+        best = moves[totals <= cap].min()
+        res = solve_layer(LayerProblem(load, num_ranks, current=current), "migration", backend=backend,
+                          tolerance=tolerance, mip_gap=0.0, prove_with_bound=False)
+        assert res.status == "optimal" and res.value == best == res.bound
+        assert np.count_nonzero(res.ranks != current) == best
+        assert layer_rank_loads(load[None], res.ranks[None], num_ranks).max() <= cap
+
+
+def test_migration_keeps_a_current_placement_that_is_already_optimal():
+    """When the current placement is optimal for the aggregate load no expert moves, even
+    though the optimum the aggregate stage finds is labelled differently."""
+    load = np.array([10, 9, 8, 7, 6, 2])
+    current = np.array([1, 1, 0, 0, 0, 1])   # {10,9,2} on rank 1: 21 / 21
+    for backend in BACKENDS:
+        res = solve_layer(LayerProblem(load, 2, current=current), "migration", backend=backend, mip_gap=0.0)
+        assert res.value == 0 and res.ranks.tolist() == current.tolist()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("num_experts,num_ranks", [(6, 2), (6, 3), (8, 2), (9, 3)])
+def test_exact_rows_equals_brute_force(num_experts, num_ranks, backend):
+    """min sum_c max_p W[c,p] over 4 (row, shard) groups equals enumeration."""
+    rng = np.random.default_rng(99 + num_experts * num_ranks)
+    every = assignments(num_experts, num_ranks)
+    cell = rng.integers(0, 30, size=(4, num_experts)) * (rng.random((4, num_experts)) < 0.7)
+    opt = all_rank_totals(cell, every, num_ranks).max(axis=2).sum(axis=0).min()
+    res = solve_layer(LayerProblem(cell.sum(axis=0), num_ranks, cell_load=cell), "rows", backend=backend,
+                      mip_gap=0.0, prove_with_bound=False)
+    assert res.status == "optimal" and res.value == opt == res.bound
+    assert get_placement_objective("rows").lower_bound(LayerProblem(cell.sum(axis=0), num_ranks, cell_load=cell)) <= opt
+
+
+def test_canonical_ranks_keeps_partition_and_breaks_symmetry():
+    """The canonical relabelling puts order[j] on a rank <= j and keeps the same groups."""
+    ranks = np.array([2, 0, 1, 2, 0, 1])
+    order = np.array([3, 1, 5, 0, 2, 4])
+    canon = canonical_ranks(ranks, order)
+    assert all(canon[order[j]] <= j for j in range(6))
+    assert canon.tolist() == [0, 1, 2, 0, 1, 2]
+
+
+# ---------------------------------------------------------------------------------------
+# windows, all layers, scored by rp_opt.cost and the checker
+# ---------------------------------------------------------------------------------------
+
+def test_exact_placement_of_a_window_matches_cost_and_checker():
+    """Three layers of 6 experts on 2 ranks: exact placement's per-layer max equals
+    rp_opt.cost.rank_load, and a plan with it passes the independent checker."""
+    load = np.array([[10, 9, 8, 7, 6, 2], [1, 1, 1, 1, 1, 1], [30, 0, 0, 0, 0, 3]])
+    window = tiny_window(load)
+    result = exact_placement(window, 2, "aggregate", mip_gap=0.0)
+    assert result.status == "optimal"
+    assert result.value.tolist() == [21, 3, 30]
+    assert rank_load(window, result.placement).max(axis=1).tolist() == [21, 3, 30]
+    assert np.all(result.bound <= result.value) and np.all(result.gap == 0)
+    lpt = lpt_placement(window, 2)
+    assert np.all(rank_load(window, lpt).max(axis=1) >= result.value)
+    assert json.dumps(result.to_dict())
+    instance = Instance(window, Cluster(1, 1, 2, int(window.lengths.sum())), CostModel((Stage("a", 1, 1.0, 0.0),), 1.0))
+    rows = [[[0, 1, 2]]]
+    report = check_plan(instance, result.placement.to_list(), rows, "expert")
+    assert report.valid, report.violations
+    # one cell: X = gamma * sum_l max_p W = sum of the per-layer maxima
+    assert report.costs.expert.sum() == pytest.approx(result.value.sum())
+
+
+def test_rows_objective_on_an_instance_never_worse_than_aggregate_placement():
+    """With a layout of 2 rows x 2 shards, the rows optimum is <= the row cost of the
+    aggregate optimum, and its value equals sum_{r,g} max_p W from rp_opt.cost."""
+    rng = np.random.default_rng(3)
+    demand = rng.integers(0, 9, size=(8, 2, 6)) * (rng.random((8, 2, 6)) < 0.5)
+    instance = tiny_instance(demand, ep=2, dp=4, edp=2)
+    layout = Layout(np.arange(8), 2, 4)
+    rows_res = exact_placement(instance, objective="rows", layout=layout, mip_gap=0.0)
+    agg_res = exact_placement(instance, objective="aggregate", mip_gap=0.0)
+    assert rows_res.status == "optimal"
+    for res in (rows_res, agg_res):
+        w = layout_costs(instance, res.placement, layout).rank_load      # [R, G, L, P]
+        per_layer = w.max(axis=3).sum(axis=(0, 1))
+        if res is rows_res:
+            assert per_layer.tolist() == pytest.approx(res.value.tolist())
+    w_agg = layout_costs(instance, agg_res.placement, layout).rank_load.max(axis=3).sum(axis=(0, 1))
+    assert np.all(rows_res.value <= w_agg + 1e-9)
+    cells = cell_loads(instance.window, layout, 2, 0)
+    assert cells.sum() == demand[:, 0, :].sum()
+
+
+def test_errors_name_the_field():
+    with pytest.raises(InputError, match="num_ranks"):
+        lpt_ranks(np.ones((2, 6)), 4)
+    with pytest.raises(InputError, match="current"):
+        exact_placement(tiny_window(np.ones((1, 4), dtype=int)), 2, "migration")
+    with pytest.raises(InputError, match="objective"):
+        solve_layer(LayerProblem(np.ones(4, dtype=int), 2), "nope")
+    with pytest.raises(InputError, match="backend"):
+        solve_layer(LayerProblem(np.ones(4, dtype=int), 2), "aggregate", backend="gurobi")
+
+
+# ---------------------------------------------------------------------------------------
+# properties
+# ---------------------------------------------------------------------------------------
+
+@st.composite
+def layers(draw):
+    num_ranks = draw(st.sampled_from([1, 2, 3, 4]))
+    per_rank = draw(st.integers(1, 4))
+    num_layers = draw(st.integers(1, 3))
+    values = draw(st.lists(st.integers(0, 1000), min_size=num_layers * num_ranks * per_rank,
+                           max_size=num_layers * num_ranks * per_rank))
+    return np.array(values, dtype=np.int64).reshape(num_layers, -1), num_ranks
+
+
+@settings(max_examples=60, deadline=None)
+@given(layers())
+def test_lpt_balanced_and_local_search_never_worse(data):
+    load, num_ranks = data
+    lpt = lpt_ranks(load, num_ranks)
+    Placement(lpt, num_ranks)   # validates E/P per rank
+    ls = local_search_ranks(load, lpt, num_ranks)
+    Placement(ls, num_ranks)
+    bound = placement_lower_bound(load, num_ranks)
+    lpt_max = layer_rank_loads(load, lpt, num_ranks).max(axis=1)
+    ls_max = layer_rank_loads(load, ls, num_ranks).max(axis=1)
+    assert np.all(bound <= ls_max) and np.all(ls_max <= lpt_max)
+    # every expert keeps its load: only ranks move
+    assert np.all(layer_rank_loads(load, ls, num_ranks).sum(axis=1) == load.sum(axis=1))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 100), min_size=6, max_size=6), st.sampled_from([2, 3]))
+def test_bound_le_exact_le_lpt(values, num_ranks):
+    load = np.array(values, dtype=np.int64)
+    res = solve_layer(LayerProblem(load, num_ranks), "aggregate", mip_gap=0.0, prove_with_bound=False)
+    lpt = layer_rank_loads(load[None], lpt_ranks(load[None], num_ranks), num_ranks).max()
+    opt = all_rank_totals(load, assignments(6, num_ranks), num_ranks).max(axis=1).min()
+    assert placement_lower_bound(load, num_ranks)[0] <= res.bound <= res.value == opt <= lpt
+
+
+def test_local_search_placement_on_window():
+    window = tiny_window(np.array([[10, 9, 8, 7, 6, 2]] * 2))
+    placement = local_search_placement(window, 2)
+    assert rank_load(window, placement).max(axis=1).tolist() == [21, 21]
