@@ -1,0 +1,258 @@
+"""Exact packing: given a placement and R = R* rows, the optimal cell of every sample.
+
+Two backends build the same model (binary y[i,r,d], capacity, non-empty cells, sample
+limit, epigraphs of the attention and expert maxima, the objective's aggregates
+linearised generically) and solve the objective's levels in sequence:
+
+* ``cpsat`` (:mod:`.cpsat_model`): OR-Tools CP-SAT on integer-scaled costs; the stats
+  carry ``rounding``, per level, the most the rounding can move a plan's level value
+  (the integer optimum is then within 2x that of the true optimum);
+* ``highs`` (:mod:`.pyomo_model`): Pyomo + HiGHS on the float costs.
+
+:mod:`.joint` chooses placement and packing together for tiny windows. Both planners are
+registered (``exact``, ``joint``) in :mod:`rp_opt.solvers`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import numpy as np
+
+from ...cost import cost_bounds, get_objective, rank_load, score
+from ...errors import InputError, require
+from ...result import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL, Plan, Result
+from ...solution import Layout, Placement
+from ...solvers import register_solver
+from ...window import Instance
+from .common import (Budget, PackingData, canonical_layout, greedy_layout, layout_valid, packing_data,
+                     satisfies_chains, symmetry_chains, symmetry_mode)
+
+log = logging.getLogger("rp_opt")
+
+BACKENDS = ("cpsat", "highs")
+
+__all__ = ["solve_exact", "solve_packing", "default_placement", "default_num_rows", "BACKENDS"]
+
+
+def default_placement(instance: Instance) -> Placement:
+    """``rp_opt.placement.lpt_placement`` when available, else the identity placement."""
+    window, cluster = instance.window, instance.cluster
+    try:
+        from ...placement.lpt import lpt_placement
+    except ImportError:
+        return Placement.identity(window.num_layers, window.num_experts, cluster.ep)
+    return lpt_placement(window, cluster.ep)
+
+
+def _feasible_rows(instance: Instance, num_rows: int, time_limit: float) -> bool | None:
+    """Is there a layout with ``num_rows`` rows? (greedy first, then a CP-SAT feasibility
+    model; None when undecided within the time limit)."""
+    from ortools.sat.python import cp_model
+
+    from .cpsat_model import CpsatPacking
+    from ...cost import Objective
+
+    data = packing_data(instance, None, num_rows)
+    if data.num_samples < data.num_cells:
+        return False
+    if greedy_layout(data) is not None:
+        return True
+    feas = Objective("feasibility", ())
+    data0 = PackingData(data.num_samples, num_rows, data.num_slots, data.num_shards, data.lengths,
+                        data.capacity, data.max_per_cell, data.att[:0], None, 0.0)
+    builder = CpsatPacking(data0, feas, "rows", expert_hook=lambda b: {}, demand_cap=0.0, tighten=False)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.1, time_limit)
+    status = solver.solve(builder.model)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return True
+    if status == cp_model.INFEASIBLE:
+        return False
+    return None
+
+
+def default_num_rows(instance: Instance, time_limit: float = 10.0) -> int | None:
+    """R*: ``rp_opt.rows.certify_rows`` when available, else the least R for which the
+    packing constraints are feasible (from ceil(ceil(sum T / C) / D) up). None when the
+    window fits no R (N < R D for every feasible R)."""
+    window, cluster = instance.window, instance.cluster
+    try:
+        from ...rows import certify_rows
+    except ImportError:
+        certify_rows = None
+    if certify_rows is not None:
+        cert = certify_rows(window, cluster, time_limit=time_limit)
+        r = getattr(cert, "r_star", None)
+        return None if r is None else int(r)
+    n, D = window.num_samples, cluster.dp
+    r = max(1, math.ceil(math.ceil(int(window.lengths.sum()) / cluster.capacity) / D))
+    while r * D <= n:
+        ok = _feasible_rows(instance, r, time_limit)
+        if ok:
+            return r
+        r += 1
+    return None
+
+
+def _better(a: tuple, b: tuple, rel: float = 1e-9) -> bool:
+    """Lexicographic a < b with a relative tolerance per level."""
+    for x, y in zip(a, b):
+        tol = rel * max(1.0, abs(x), abs(y))
+        if x < y - tol:
+            return True
+        if x > y + tol:
+            return False
+    return False
+
+
+def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, objective="sync",
+                  time_limit: float = 60.0, seed: int = 0, start: Layout | None = None,
+                  backend: str = "cpsat", symmetry: bool = True, tighten: bool = True,
+                  workers: int = 8, solver_name: str = "exact") -> Result:
+    """Optimal layout of ``instance`` for a fixed ``placement`` and ``num_rows`` rows.
+
+    Parameters
+    ----------
+    instance, placement, num_rows
+        The window, the fixed placement and R.
+    objective
+        Registered objective name (or :class:`~rp_opt.cost.Objective`).
+    time_limit
+        Seconds for the whole lexicographic sequence (a cheap start is built first so a
+        plan always comes back when one exists and is easy to find).
+    start
+        A layout to start from (any row/slot/shard order: it is canonicalised).
+    backend
+        ``cpsat`` or ``highs``.
+    symmetry, tighten
+        Symmetry-breaking chains; Eq. 4 and average bounds as constraints.
+    workers
+        CP-SAT workers (HiGHS runs one thread).
+
+    Returns
+    -------
+    Result
+        ``bound`` is a valid lower bound of the primary level (rounding margin removed);
+        stats carry per-level values, bounds, statuses, ``rounding`` and ``start_score``.
+    """
+    t0 = time.perf_counter()
+    obj = get_objective(objective)
+    require(backend in BACKENDS, "backend", f"must be one of {BACKENDS}, got {backend!r}")
+    require(int(num_rows) == num_rows and num_rows >= 1, "num_rows", f"must be a positive integer, got {num_rows!r}")
+    window, cluster = instance.window, instance.cluster
+    data = packing_data(instance, placement, int(num_rows))
+    if data.num_samples < data.num_cells:
+        return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, solver_name,
+                      {"reason": f"N={data.num_samples} < R*D={data.num_cells}: some cell would be empty"})
+    mode = symmetry_mode(obj) if symmetry else None
+    stats = {"backend": backend, "num_rows": int(num_rows), "symmetry": mode, "tighten": tighten}
+
+    # a start: the caller's if valid, else the greedy
+    if start is not None and not layout_valid(data, start):
+        stats["warm_start"] = "rejected (wrong shape or violates a constraint)"
+        start = None
+    if start is None:
+        start = greedy_layout(data)
+        stats["start"] = "greedy" if start is not None else "none"
+    else:
+        stats["start"] = "warm_start"
+    if start is not None and mode:
+        start = canonical_layout(start, data.num_shards, mode)
+    start_score = score(instance, placement, start, obj) if start is not None else None
+
+    eq4 = rank_load(window, placement).max(axis=1) if tighten else None
+    budget = Budget(float(time_limit) - (time.perf_counter() - t0))
+    if backend == "cpsat":
+        from .cpsat_model import CpsatPacking
+
+        builder = CpsatPacking(data, obj, mode, tighten=tighten, eq4=eq4)
+        stats["scale"] = {"K": builder.scale.K, "att_mult": builder.scale.att_mult, "gamma_int": builder.scale.gamma_int}
+        out = builder.solve(budget, seed=seed, workers=workers, start=start)
+    else:
+        from .pyomo_model import PyomoPacking
+
+        builder = PyomoPacking(data, obj, mode, tighten=tighten, eq4=eq4)
+        out = builder.solve(budget, seed=seed, start=start)
+    stats["build_seconds"] = None
+    return _result(instance, placement, obj, out, start, start_score, stats, t0, solver_name, int(num_rows))
+
+
+def _result(instance, placement, obj, out, start, start_score, stats, t0, solver_name, num_rows) -> Result:
+    """Assemble a :class:`Result` from a model outcome (shared with the joint model)."""
+    levels = out.levels
+    stats["levels"] = [{"status": o.status, "value": o.value, "bound": o.bound, **o.stats} for o in levels]
+    stats["rounding"] = list(out.rounding)
+    stats["start_score"] = None if start_score is None else list(start_score)
+    layout = out.layout
+    place = out.extra.get("placement", placement) if out.extra else placement
+    plan_score = score(instance, place, layout, obj) if layout is not None else None
+    if start is not None and (plan_score is None or _better(start_score, plan_score)):
+        # the solver returned nothing better than the start: keep the start
+        layout, place, plan_score = start, placement, start_score
+        stats["kept_start"] = True
+    analytic = cost_bounds(instance, num_rows, None if out.extra.get("placement") is not None else place)
+    bound = analytic.objective(obj)[0]
+    stats["analytic_bound"] = bound
+    if levels and levels[0].bound is not None:
+        bound = max(bound, levels[0].bound - out.rounding[0])
+    if levels and levels[0].status == "infeasible":
+        return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, solver_name, stats)
+    if layout is None:
+        return Result(NO_SOLUTION, None, (), bound, time.perf_counter() - t0, solver_name, stats)
+    all_opt = len(levels) == len(obj.levels) and all(o.status == "optimal" for o in levels)
+    if plan_score is not None and bound > plan_score[0]:
+        bound = plan_score[0]  # the rounding margin can only widen, never cross the score
+    status = OPTIMAL if all_opt else FEASIBLE
+    plan = Plan(place, layout, obj.name, plan_score, {"solver": solver_name})
+    return Result(status, plan, plan_score, bound, time.perf_counter() - t0, solver_name, stats)
+
+
+@register_solver("exact", "exact packing (CP-SAT or HiGHS) for a fixed placement at R = R*")
+def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.0, seed: int = 0,
+                warm_start: Plan | None = None, placement: Placement | None = None, num_rows: int | None = None,
+                backend: str = "cpsat", **options) -> Result:
+    """Exact packing planner.
+
+    Parameters
+    ----------
+    instance
+        Window, cluster, cost model.
+    objective
+        Registered objective.
+    time_limit
+        Seconds for everything (R* search included when ``num_rows`` is None).
+    seed
+        Solver seed.
+    warm_start
+        A :class:`Plan` to start from; its placement is used when ``placement`` is None.
+    placement
+        Fixed placement; default ``warm_start.placement``, else LPT (identity if LPT is
+        not available).
+    num_rows
+        R; default R* (``rp_opt.rows.certify_rows`` or the least feasible R).
+    backend
+        ``cpsat`` (default, faster in the measurements of ``scripts/bench_exact.py``) or ``highs``.
+    options
+        ``symmetry`` (bool), ``tighten`` (bool), ``workers`` (int): see :func:`solve_packing`.
+    """
+    t0 = time.perf_counter()
+    unknown = set(options) - {"symmetry", "tighten", "workers"}
+    require(not unknown, "options", f"unknown option(s) {sorted(unknown)} for solver exact")
+    require(time_limit is not None and time_limit > 0, "time_limit", f"must be > 0, got {time_limit!r}")
+    if placement is None:
+        placement = warm_start.placement if warm_start is not None else default_placement(instance)
+    if num_rows is None:
+        num_rows = default_num_rows(instance, time_limit=max(1.0, 0.2 * time_limit))
+        if num_rows is None:
+            return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, "exact",
+                          {"reason": "no row count R with R*D <= N admits a layout"})
+    start = warm_start.layout if warm_start is not None else None
+    left = max(0.1, time_limit - (time.perf_counter() - t0))
+    return solve_packing(instance, placement, num_rows, objective=objective, time_limit=left, seed=seed,
+                         start=start, backend=backend, **options)
+
+
+from . import joint as _joint  # noqa: E402,F401  (registers the "joint" solver)

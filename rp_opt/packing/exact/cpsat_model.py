@@ -1,0 +1,276 @@
+"""The packing model in OR-Tools CP-SAT (integer coefficients).
+
+Costs are scaled and rounded (:class:`~.common.IntegerScale`); the bound on how far the
+rounding can move a level is computed per level (``rounding``) and returned in the stats.
+The lexicographic objective is a sequence of solves; level k is then held at its integer
+optimum exactly (``level_k <= v_k``), so no tolerance is needed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from ...cost import Objective
+from ...solution import Layout
+from .common import (Budget, PackingData, aggregate_count, integer_scale, linearize_aggregate, rational,
+                     symmetry_chains)
+
+log = logging.getLogger("rp_opt")
+
+
+@dataclass
+class LevelOutcome:
+    """What one level's solve proved: its integer value, bound and status."""
+
+    status: str          # "optimal" | "feasible" | "infeasible" | "no_solution"
+    value: float | None  # in cost units (level_int / scale)
+    bound: float | None  # in cost units, before the rounding margin
+    seconds: float
+    stats: dict = field(default_factory=dict)
+
+
+@dataclass
+class SolveOutcome:
+    layout: Layout | None
+    levels: list
+    rounding: list
+    extra: dict
+
+
+def _lcm(values) -> int:
+    out = 1
+    for v in values:
+        out = out * v // math.gcd(out, v)
+    return out
+
+
+class CpsatPacking:
+    """Builds the model once; :meth:`solve` runs the lexicographic sequence.
+
+    Parameters
+    ----------
+    data
+        Packing data (``data.demand`` may be None when ``expert_hook`` builds W).
+    objective
+        The registered objective.
+    mode
+        Symmetry mode (``rows``, ``cols``, ``grid``) or None for the plain model.
+    expert_hook
+        ``hook(builder) -> dict[(r, g, l)] -> list of linear expressions`` (the W[r,g,l,p]
+        of every rank); default: W from the fixed placement's ``data.demand``.
+    demand_cap
+        Bound on sum_l max_p W of one (row, shard), in tokens.
+    tighten
+        Add Eq. 4 and the average bounds as constraints on the epigraph variables.
+    """
+
+    def __init__(self, data: PackingData, objective: Objective, mode: str | None, *, expert_hook=None,
+                 demand_cap: float | None = None, tighten: bool = True, eq4: np.ndarray | None = None):
+        self.data = data
+        self.objective = objective
+        self.model = m = cp_model.CpModel()
+        N, R, D, G = data.num_samples, data.num_rows, data.num_slots, data.num_shards
+        if demand_cap is None:
+            demand_cap = float(data.demand.max(axis=2).sum()) if data.demand is not None else 0.0
+        self.scale = sc = integer_scale(data, demand_cap)
+        self.chains = symmetry_chains(data, mode) if mode else None
+        low = self.chains.min_sample if self.chains else np.zeros(data.num_cells, dtype=np.int64)
+
+        # y[i,c] = 1 when sample i is in cell c (not created where symmetry fixes it to 0)
+        self.y = y = {}
+        for c in range(data.num_cells):
+            for i in range(int(low[c]), N):
+                y[i, c] = m.new_bool_var(f"y[{i},{c}]")
+        self.cells_of = [[c for c in range(data.num_cells) if (i, c) in y] for i in range(N)]
+        self.members = [[i for i in range(N) if (i, c) in y] for c in range(data.num_cells)]
+        T = data.lengths
+        # sum_c y[i,c] = 1                               (every sample in exactly one cell)
+        for i in range(N):
+            m.add_exactly_one([y[i, c] for c in self.cells_of[i]])
+        for c in range(data.num_cells):
+            vs = [y[i, c] for i in self.members[c]]
+            # sum_i T_i y[i,c] <= C                        (capacity)
+            m.add(cp_model.LinearExpr.weighted_sum(vs, [int(T[i]) for i in self.members[c]]) <= data.capacity)
+            # sum_i y[i,c] >= 1                            (non-empty cells)
+            m.add_bool_or(vs)
+            if data.max_per_cell is not None:
+                # sum_i y[i,c] <= m                        (sample limit)
+                m.add(sum(vs) <= data.max_per_cell)
+        if self.chains:
+            # yb[i,b_q] <= sum_{j<i} yb[j,b_{q-1}]          (symmetry chains, see common.py)
+            for chain in self.chains.chains:
+                for prev, cur in zip(chain, chain[1:]):
+                    prev_by_i = sorted((i, c) for c in prev for i in self.members[c])
+                    for i in range(N):
+                        lhs = [y[i, c] for c in cur if (i, c) in y]
+                        if not lhs:
+                            continue
+                        rhs = [y[j, c] for j, c in prev_by_i if j < i]
+                        m.add(sum(lhs) <= sum(rhs))
+
+        # attention: a[r,g,s] >= sum_i att_int[s,i] y[i,(r,d)] for d in g   (epigraph of the slot max)
+        S = sc.att_int.shape[0]
+        self.a = {}
+        for r in range(R):
+            for g in range(G):
+                for s in range(S):
+                    w = sc.att_int[s]
+                    v = m.new_int_var(0, int(w.sum()), f"a[{r},{g},{s}]")
+                    self.a[r, g, s] = v
+                    for c in data.block_cells(r, g):
+                        mem = [i for i in self.members[c] if w[i] > 0]
+                        m.add(v >= cp_model.LinearExpr.weighted_sum([y[i, c] for i in mem], [int(w[i]) for i in mem]))
+        if tighten and S:
+            # sum_{r,g} a[r,g,s] >= sum_i att_int[s,i] / k   (averages: a max >= the mean of k slots)
+            k = data.per_shard
+            for s in range(S):
+                m.add(sum(self.a[r, g, s] for r in range(R) for g in range(G)) * k >= int(sc.att_int[s].sum()))
+
+        # expert: x[r,g,l] >= W[r,g,l,p] for every p          (epigraph of the rank max)
+        loads = expert_hook(self) if expert_hook else self._fixed_loads()
+        num_layers = len({key[2] for key in loads})
+        self.x = {}
+        for (r, g, l), terms in loads.items():
+            v = m.new_int_var(0, int(demand_cap) + 1 if demand_cap else 0, f"x[{r},{g},{l}]")
+            self.x[r, g, l] = v
+            for t in terms:
+                m.add(v >= t)
+        if tighten and eq4 is not None:
+            # sum_{r,g} x[r,g,l] >= max_p L[l,p]              (MODEL.md Eq. 4)
+            for l in range(num_layers):
+                m.add(sum(self.x[r, g, l] for r in range(R) for g in range(G)) >= int(eq4[l]))
+
+        # A_int[r,g] = cA sum_s a,  X_int[r,g] = gamma_int sum_l x
+        self.A = [[sc.att_mult * sum(self.a[r, g, s] for s in range(S)) for g in range(G)] for r in range(R)]
+        self.X = [[sc.gamma_int * sum(self.x[r, g, l] for l in range(num_layers)) for g in range(G)]
+                  for r in range(R)]
+        j_max = sc.att_mult * int(sc.att_int.sum()) + sc.gamma_int * int(demand_cap + 1)
+        self._ub = j_max
+        self.levels = [self._level(level) for level in objective.levels]
+
+    # -- expert loads for a fixed placement ------------------------------------------------
+    def _fixed_loads(self):
+        data, y = self.data, self.y
+        dem = data.demand
+        out = {}
+        for r in range(data.num_rows):
+            for g in range(data.num_shards):
+                pairs = [(i, c) for c in data.block_cells(r, g) for i in self.members[c]]
+                idx = np.array([i for i, _ in pairs])
+                vs = [y[p] for p in pairs]
+                for l in range(dem.shape[1]):
+                    terms = []
+                    for p in range(dem.shape[2]):
+                        coef = dem[idx, l, p]
+                        nz = np.flatnonzero(coef)
+                        terms.append(cp_model.LinearExpr.weighted_sum([vs[q] for q in nz], [int(coef[q]) for q in nz]))
+                    out[r, g, l] = terms
+        return out
+
+    # -- one level: sum_k c_k Aggregate_k, linearised generically ---------------------------
+    def _level(self, level):
+        data, sc, m = self.data, self.scale, self.model
+        R, G = data.num_rows, data.num_shards
+        parts, fracs, error = [], [], 0.0
+        for coef, agg in level:
+            fa, fx = rational(agg.attention), rational(agg.expert)
+            den = _lcm([fa.denominator, fx.denominator])
+            qa, qx = int(fa * den), int(fx * den)
+            matrix = [[qa * self.A[r][g] + qx * self.X[r][g] for g in range(G)] for r in range(R)]
+            ub = (qa + qx) * self._ub * R * G
+
+            def new_max(terms, name, ub=ub):
+                v = m.new_int_var(0, ub, name)
+                for t in terms:
+                    m.add(v >= t)  # epigraph: v >= every term of the max
+                return v
+
+            expr = linearize_aggregate(agg, matrix, R, G, new_max)
+            fc = rational(coef)
+            fracs.append(fc / den)
+            parts.append(expr)
+            count = aggregate_count(agg, R, G)
+            # rounding of data and of the weights (see IntegerScale)
+            error += count * (float(fc) * (float(fa) * sc.err_attention + float(fx) * sc.err_expert
+                                           + abs(float(fa) - agg.attention) * sc.upper_attention
+                                           + abs(float(fx) - agg.expert) * sc.upper_expert)
+                              + abs(float(fc) - coef) * (agg.attention * sc.upper_attention
+                                                         + agg.expert * sc.upper_expert))
+        lcd = _lcm([f.denominator for f in fracs])
+        expr = sum(int(f * lcd) * p for f, p in zip(fracs, parts))
+        return expr, sc.K * lcd, error
+
+    # -- solving -----------------------------------------------------------------------------
+    def hint(self, layout: Layout | None, extra: dict | None = None):
+        """Hint every y (and ``extra`` var -> value) from ``layout``."""
+        self.model.clear_hints()
+        if layout is None:
+            return
+        for (i, c), v in self.y.items():
+            self.model.add_hint(v, int(layout.cell_of[i] == c))
+        for v, val in (extra or {}).items():
+            self.model.add_hint(v, int(val))
+
+    def layout_from(self, solver) -> Layout:
+        cell_of = np.empty(self.data.num_samples, dtype=np.int64)
+        for i, cells in enumerate(self.cells_of):
+            for c in cells:
+                if solver.boolean_value(self.y[i, c]):
+                    cell_of[i] = c
+                    break
+        return Layout(cell_of, self.data.num_rows, self.data.num_slots)
+
+    def solve(self, budget: Budget, *, seed: int = 0, workers: int = 8, start: Layout | None = None,
+              extra_hint=None, on_solution=None) -> SolveOutcome:
+        """Lexicographic sequence of solves within ``budget``.
+
+        ``extra_hint(solver or None) -> dict var -> value`` adds hints for the caller's own
+        variables (the joint model's placement); ``on_solution(solver)`` reads them back.
+        """
+        m = self.model
+        outcomes, layout, extra = [], None, {}
+        self.hint(start, extra_hint(None) if extra_hint else None)
+        n = len(self.levels)
+        for k, (expr, unit, _) in enumerate(self.levels):
+            solver = cp_model.CpSolver()
+            limit = budget.for_level(k, n)
+            solver.parameters.max_time_in_seconds = limit
+            solver.parameters.num_workers = workers
+            solver.parameters.random_seed = seed
+            m.minimize(expr)
+            t0 = time.perf_counter()
+            status = solver.solve(m)
+            secs = time.perf_counter() - t0
+            name = solver.status_name(status)
+            stats = {"status": name, "seconds": secs, "limit": limit, "branches": solver.num_branches,
+                     "conflicts": solver.num_conflicts}
+            if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                value = round(solver.objective_value)
+                outcomes.append(LevelOutcome("optimal" if status == cp_model.OPTIMAL else "feasible",
+                                             value / unit, solver.best_objective_bound / unit, secs, stats))
+                layout = self.layout_from(solver)
+                if on_solution:
+                    extra = on_solution(solver)
+                # hold this level at its value (integer: exact) and hint the next solve
+                m.add(expr <= value)
+                m.clear_hints()
+                for v in self.y.values():
+                    m.add_hint(v, solver.value(v))
+                for v in list(self.a.values()) + list(self.x.values()):
+                    m.add_hint(v, solver.value(v))
+                if extra_hint:
+                    for v, val in extra_hint(solver).items():
+                        m.add_hint(v, int(val))
+            else:
+                st = "infeasible" if status == cp_model.INFEASIBLE else "no_solution"
+                outcomes.append(LevelOutcome(st, None, None, secs, stats))
+                break
+        rounding = [err for _, _, err in self.levels]
+        return SolveOutcome(layout, outcomes, rounding, extra)

@@ -1,0 +1,180 @@
+"""The packing model in Pyomo, solved by HiGHS (``appsi_highs``: a persistent interface,
+so the lexicographic re-solves reuse the loaded model and the previous solution).
+
+Costs are divided by a normaliser so the coefficients are O(1)-O(1e3); levels are held at
+their optimum within ``level_tol`` (relative) plus HiGHS's own feasibility tolerance.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import pyomo.environ as pe
+from pyomo.contrib.appsi.base import TerminationCondition
+from pyomo.contrib.appsi.solvers import Highs
+
+from ...cost import Objective
+from ...solution import Layout
+from .common import Budget, PackingData, linearize_aggregate, symmetry_chains
+from .cpsat_model import LevelOutcome, SolveOutcome
+
+log = logging.getLogger("rp_opt")
+
+
+class PyomoPacking:
+    """Same variables and constraints as :class:`~.cpsat_model.CpsatPacking`, in floats."""
+
+    def __init__(self, data: PackingData, objective: Objective, mode: str | None, *, tighten: bool = True,
+                 eq4: np.ndarray | None = None, level_tol: float = 1e-6,
+                 mip_start: bool = False):
+        self.data, self.objective, self.level_tol = data, objective, level_tol
+        self.mip_start = mip_start
+        N, R, D, G, k = data.num_samples, data.num_rows, data.num_slots, data.num_shards, data.per_shard
+        dem = data.demand
+        num_layers, P = dem.shape[1], dem.shape[2]
+        # normaliser: the largest cost of one sample alone becomes 100
+        per_sample = data.att.sum(axis=0) + data.gamma * dem.max(axis=2).sum(axis=1)
+        self.unit = 100.0 / max(float(per_sample.max()), 1e-300)
+        att = data.att * self.unit
+        gamma = data.gamma * self.unit
+        S = att.shape[0]
+        self.chains = symmetry_chains(data, mode) if mode else None
+        low = self.chains.min_sample if self.chains else np.zeros(data.num_cells, dtype=np.int64)
+        keys = [(i, c) for c in range(data.num_cells) for i in range(int(low[c]), N)]
+        members = [[i for i in range(N) if i >= low[c]] for c in range(data.num_cells)]
+        cells_of = [[c for c in range(data.num_cells) if i >= low[c]] for i in range(N)]
+        self.cells_of = cells_of
+
+        m = self.m = pe.ConcreteModel()
+        m.y = pe.Var(keys, domain=pe.Binary)
+        y = m.y
+        m.cons = pe.ConstraintList()
+        add = m.cons.add
+        T = data.lengths
+        for i in range(N):
+            add(sum(y[i, c] for c in cells_of[i]) == 1)                          # every sample once
+        for c in range(data.num_cells):
+            add(sum(int(T[i]) * y[i, c] for i in members[c]) <= data.capacity)  # capacity
+            add(sum(y[i, c] for i in members[c]) >= 1)                          # non-empty
+            if data.max_per_cell is not None:
+                add(sum(y[i, c] for i in members[c]) <= data.max_per_cell)     # sample limit
+        if self.chains:
+            # yb[i,b_q] <= sum_{j<i} yb[j,b_{q-1}]    (symmetry chains, see common.py)
+            for chain in self.chains.chains:
+                for prev, cur in zip(chain, chain[1:]):
+                    for i in range(N):
+                        lhs = [y[i, c] for c in cur if i >= low[c]]
+                        if lhs:
+                            add(sum(lhs) <= sum(y[j, c] for c in prev for j in members[c] if j < i))
+        blocks = [(r, g) for r in range(R) for g in range(G)]
+        # a[r,g,s] >= sum_i att[s,i] y[i,(r,d)], d in g    (attention slot max)
+        m.a = pe.Var([(r, g, s) for r, g in blocks for s in range(S)], domain=pe.NonNegativeReals)
+        for r, g in blocks:
+            for s in range(S):
+                for c in data.block_cells(r, g):
+                    add(m.a[r, g, s] >= sum(float(att[s, i]) * y[i, c] for i in members[c] if att[s, i] > 0))
+        # x[r,g,l] >= W[r,g,l,p] for all p                 (expert rank max)
+        m.x = pe.Var([(r, g, l) for r, g in blocks for l in range(num_layers)], domain=pe.NonNegativeReals)
+        for r, g in blocks:
+            pairs = [(i, c) for c in data.block_cells(r, g) for i in members[c]]
+            for l in range(num_layers):
+                for p in range(P):
+                    add(m.x[r, g, l] >= sum(int(dem[i, l, p]) * y[i, c] for i, c in pairs if dem[i, l, p]))
+        if tighten:
+            for s in range(S):
+                # sum_{r,g} a[r,g,s] >= sum_i att[s,i] / k   (averages)
+                add(sum(m.a[r, g, s] for r, g in blocks) >= float(att[s].sum()) / k)
+            if eq4 is not None:
+                for l in range(num_layers):
+                    add(sum(m.x[r, g, l] for r, g in blocks) >= float(eq4[l]))  # Eq. 4
+        A = [[sum(m.a[r, g, s] for s in range(S)) for g in range(G)] for r in range(R)]
+        X = [[gamma * sum(m.x[r, g, l] for l in range(num_layers)) for g in range(G)] for r in range(R)]
+        m.epi = pe.VarList(domain=pe.NonNegativeReals)
+
+        def new_max(terms, name):
+            v = m.epi.add()
+            for t in terms:
+                add(v >= t)  # epigraph: v >= every term of the max
+            return v
+
+        self.levels = []
+        for level in objective.levels:
+            expr = 0
+            for coef, agg in level:
+                matrix = [[agg.attention * A[r][g] + agg.expert * X[r][g] for g in range(G)] for r in range(R)]
+                expr = expr + coef * linearize_aggregate(agg, matrix, R, G, new_max)
+            self.levels.append(expr)
+        m.hold = pe.ConstraintList()
+
+    def _start(self, layout: Layout, opt) -> bool:
+        """Load a complete MIP start: fix y to ``layout``, solve the remaining LP for the
+        epigraph variables, unfix. (A start with only y set is not a feasible point, and
+        HiGHS was seen to return a wrong "optimal" value from one.)"""
+        for (i, c), v in self.m.y.items():
+            v.fix(int(layout.cell_of[i] == c))
+        self.m.obj = pe.Objective(expr=self.levels[0], sense=pe.minimize)
+        res = opt.solve(self.m)
+        ok = res.termination_condition == TerminationCondition.optimal
+        if ok:
+            res.solution_loader.load_vars()
+        self.m.y.unfix()
+        return ok
+
+    def layout_from(self) -> Layout:
+        cell_of = np.empty(self.data.num_samples, dtype=np.int64)
+        for i, cells in enumerate(self.cells_of):
+            cell_of[i] = max(cells, key=lambda c: pe.value(self.m.y[i, c]))
+        return Layout(cell_of, self.data.num_rows, self.data.num_slots)
+
+    def solve(self, budget: Budget, *, seed: int = 0, start: Layout | None = None, threads: int = 1) -> SolveOutcome:
+        m = self.m
+        def make():
+            opt = Highs()
+            opt.config.load_solution = False
+            opt.config.mip_gap = 1e-7
+            opt.highs_options = {"random_seed": int(seed), "threads": int(threads), "mip_abs_gap": 1e-9}
+            return opt
+
+        # The MIP start is off by default: with HiGHS 1.16 through appsi_highs a complete,
+        # feasible start (y from the layout, the rest from the LP with y fixed) came back
+        # as "optimal" with an objective below the true optimum on an 8-sample window
+        # (tests/test_exact.py keeps the caller's start as the fallback plan instead).
+        warm = False
+        if start is not None and self.mip_start:
+            warm = self._start(start, make())
+        else:
+            m.obj = pe.Objective(expr=self.levels[0], sense=pe.minimize)
+        # a fresh interface: the one that solved the fixed-y LP kept stale column data
+        opt = make()
+        opt.config.warmstart = warm
+        outcomes, layout = [], None
+        n = len(self.levels)
+        for k, expr in enumerate(self.levels):
+            m.obj.set_value(expr)
+            opt.config.time_limit = budget.for_level(k, n)
+            t0 = time.perf_counter()
+            res = opt.solve(m)
+            secs = time.perf_counter() - t0
+            tc = res.termination_condition
+            stats = {"status": str(tc.name), "seconds": secs, "limit": opt.config.time_limit}
+            has = res.best_feasible_objective is not None
+            if has and tc in (TerminationCondition.optimal, TerminationCondition.maxTimeLimit,
+                              TerminationCondition.maxIterations, TerminationCondition.objectiveLimit):
+                res.solution_loader.load_vars()
+                value = float(res.best_feasible_objective)
+                bound = res.best_objective_bound
+                bound = float(bound) if bound is not None else None
+                optimal = tc == TerminationCondition.optimal
+                outcomes.append(LevelOutcome("optimal" if optimal else "feasible", value / self.unit,
+                                             None if bound is None else bound / self.unit, secs, stats))
+                layout = self.layout_from()
+                # hold level k at its value within the tolerance, start the next solve here
+                m.hold.add(expr <= value + self.level_tol * max(1.0, abs(value)))
+                opt.config.warmstart = True
+            else:
+                st = "infeasible" if tc == TerminationCondition.infeasible else "no_solution"
+                outcomes.append(LevelOutcome(st, None, None, secs, stats))
+                break
+        return SolveOutcome(layout, outcomes, [self.level_tol * 100.0 / self.unit] * n, {})
