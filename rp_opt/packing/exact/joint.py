@@ -1,1 +1,153 @@
-"""placeholder"""
+"""The joint exact model for tiny windows: placement and packing chosen together.
+
+Placement binaries xp[l,e,p] (every expert on one rank, E/P experts per rank). The rank
+load W[r,g,l,p] = sum_e v[r,g,l,e] xp[l,e,p], with v[r,g,l,e] = sum_i a[i,l,e] z[i,r,g]
+the tokens block (r,g) sends to expert e, is linearised with w[r,g,l,e,p] >= 0 and
+w >= v when xp[l,e,p] = 1 (an enforced constraint: the big-M form without the M); a
+minimisation keeps w on its lower bound, so sum_e w[.,p] = W[.,p] at an optimum.
+It measures what the hierarchical decomposition (placement first, then packing) loses.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from ...cost import get_objective, placement_bound, score
+from ...errors import require
+from ...result import INFEASIBLE, Plan, Result
+from ...solution import Placement
+from ...solvers import register_solver
+from ...window import Instance
+from .common import Budget, canonical_layout, greedy_layout, layout_valid, packing_data, symmetry_mode
+
+
+def canonical_placement(placement: Placement) -> Placement:
+    """Relabel the ranks of every layer in the order of their lowest expert (rank labels
+    inside a shard are symmetric: W is permuted over p, max_p W unchanged)."""
+    ranks = placement.ranks
+    L, E = ranks.shape
+    P = placement.num_ranks
+    first = np.full((L, P), E)
+    np.minimum.at(first, (np.repeat(np.arange(L), E), ranks.ravel()), np.tile(np.arange(E), L))
+    order = np.argsort(first, axis=1)            # new label q holds old rank order[l, q]
+    new = np.empty_like(order)
+    np.put_along_axis(new, order, np.arange(P)[None, :].repeat(L, 0), axis=1)
+    return Placement(np.take_along_axis(new, ranks, axis=1), P)
+
+
+def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.0, seed: int = 0,
+                warm_start: Plan | None = None, num_rows: int | None = None, symmetry: bool = True,
+                workers: int = 8, **options) -> Result:
+    """Placement and layout together, exactly (CP-SAT). Tiny windows only.
+
+    Parameters are those of :func:`rp_opt.packing.exact.solve_exact`; ``warm_start`` gives
+    both the start placement and layout (default: LPT placement and the greedy layout).
+    """
+    from . import _result, default_num_rows, default_placement
+    from .cpsat_model import CpsatPacking
+
+    t0 = time.perf_counter()
+    require(not options, "options", f"unknown option(s) {sorted(options)} for solver joint")
+    obj = get_objective(objective)
+    window, cluster = instance.window, instance.cluster
+    if num_rows is None:
+        num_rows = default_num_rows(instance, time_limit=max(1.0, 0.2 * time_limit))
+        if num_rows is None:
+            return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, "joint",
+                          {"reason": "no row count R with R*D <= N admits a layout"})
+    data = packing_data(instance, None, int(num_rows))
+    if data.num_samples < data.num_cells:
+        return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, "joint",
+                      {"reason": f"N={data.num_samples} < R*D={data.num_cells}"})
+    mode = symmetry_mode(obj) if symmetry else None
+    start_place = warm_start.placement if warm_start is not None else default_placement(instance)
+    start = warm_start.layout if warm_start is not None else None
+    if start is None or not layout_valid(data, start):
+        start = greedy_layout(data)
+    if start is not None and mode:
+        start = canonical_layout(start, data.num_shards, mode)
+    if symmetry:
+        start_place = canonical_placement(start_place)
+    start_score = score(instance, start_place, start, obj) if start is not None else None
+
+    a = window.demand.astype(np.int64)  # [N, L, E]
+    N, L, E = a.shape
+    P = cluster.ep
+    per_rank = E // P
+    state = {}
+
+    def hook(b: CpsatPacking):
+        m, y = b.model, b.y
+        xp = {(l, e, p): m.new_bool_var(f"xp[{l},{e},{p}]") for l in range(L) for e in range(E) for p in range(P)}
+        state["xp"] = xp
+        for l in range(L):
+            for e in range(E):
+                m.add_exactly_one([xp[l, e, p] for p in range(P)])           # every expert on one rank
+            for p in range(P):
+                m.add(sum(xp[l, e, p] for e in range(E)) == per_rank)     # E/P experts per rank
+                if symmetry:
+                    # ranks by their lowest expert: xp[l,e,p] <= sum_{e'<e} xp[l,e',p-1]
+                    # (rank labels are symmetric per layer; relabelling keeps any optimum)
+                    for e in range(E):
+                        if e < p:
+                            m.add(xp[l, e, p] == 0)
+                        elif p:
+                            m.add(xp[l, e, p] <= sum(xp[l, f, p - 1] for f in range(e)))
+        loads = {}
+        total = a.sum(axis=0)  # [L, E]
+        for r in range(data.num_rows):
+            for g in range(data.num_shards):
+                pairs = [(i, c) for c in data.block_cells(r, g) for i in b.members[c]]
+                idx = np.array([i for i, _ in pairs])
+                vs = [y[q] for q in pairs]
+                for l in range(L):
+                    terms = [[] for _ in range(P)]
+                    for e in range(E):
+                        coef = a[idx, l, e]
+                        nz = np.flatnonzero(coef)
+                        v = cp_model.LinearExpr.weighted_sum([vs[q] for q in nz], [int(coef[q]) for q in nz])
+                        ub = int(total[l, e])
+                        ws = []
+                        for p in range(P):
+                            w = m.new_int_var(0, ub, f"w[{r},{g},{l},{e},{p}]")
+                            m.add(w >= v).only_enforce_if(xp[l, e, p])       # w >= v when e is on p
+                            terms[p].append(w)
+                            ws.append(w)
+                        m.add(sum(ws) >= v)                                  # exactly one p holds e
+                    loads[r, g, l] = [sum(t) for t in terms]
+                    state.setdefault("W", {})[r, g, l] = loads[r, g, l]
+        # sum_{r,g} W[r,g,l,p] >= sum_e load[l,e] xp[l,e,p]   (aggregate load, for the LP)
+        for l in range(L):
+            for p in range(P):
+                m.add(sum(state["W"][r, g, l][p] for r in range(data.num_rows) for g in range(data.num_shards))
+                      >= sum(int(total[l, e]) * xp[l, e, p] for e in range(E)))
+        return loads
+
+    demand_cap = float(a.sum(axis=(0, 2)).sum())
+    builder = CpsatPacking(data, obj, mode, expert_hook=hook, demand_cap=demand_cap,
+                           eq4=placement_bound(window, P))
+    xp = state["xp"]
+
+    def extra_hint(solver):
+        if solver is None:
+            return {xp[l, e, p]: int(start_place.ranks[l, e] == p) for (l, e, p) in xp}
+        return {v: solver.value(v) for v in xp.values()}
+
+    def on_solution(solver):
+        ranks = np.zeros((L, E), dtype=np.int64)
+        for (l, e, p), v in xp.items():
+            if solver.boolean_value(v):
+                ranks[l, e] = p
+        return {"placement": Placement(ranks, P)}
+
+    budget = Budget(float(time_limit) - (time.perf_counter() - t0))
+    out = builder.solve(budget, seed=seed, workers=workers, start=start, extra_hint=extra_hint,
+                        on_solution=on_solution)
+    stats = {"backend": "cpsat", "num_rows": int(num_rows), "symmetry": mode, "joint": True}
+    return _result(instance, start_place, obj, out, start, start_score, stats, t0, "joint", int(num_rows))
+
+
+register_solver("joint", "placement and packing together, exactly (CP-SAT; tiny windows)")(solve_joint)
