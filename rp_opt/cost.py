@@ -46,12 +46,15 @@ def rank_demand(window: Window, placement: Placement) -> np.ndarray:
             f"shape {placement.ranks.shape} does not match the window's (L, E) = "
             f"({window.num_layers}, {window.num_experts})",
         )
-    n, num_layers, _ = window.demand.shape
-    # Gather the experts of each rank next to each other, then sum blocks of E/P: one
-    # pass over the demand, no loop over samples, layers or experts.
-    experts = placement.experts_of_ranks().reshape(num_layers, -1)
-    gathered = np.take_along_axis(window.demand, experts[None, :, :], axis=2)
-    return gathered.reshape(n, num_layers, placement.num_ranks, -1).sum(axis=3, dtype=np.int64)
+    n, num_layers, num_experts = window.demand.shape
+    # One small matmul per layer with the expert->rank one-hot matrix. float32 is exact here:
+    # a sample sends at most k*T_i < 2^24 tokens of a layer to a rank.
+    onehot = np.zeros((num_layers, num_experts, placement.num_ranks), dtype=np.float32)
+    onehot[np.arange(num_layers)[:, None], np.arange(num_experts)[None, :], placement.ranks] = 1.0
+    out = np.empty((n, num_layers, placement.num_ranks), dtype=np.int64)
+    for l in range(num_layers):
+        out[:, l, :] = window.demand[:, l, :].astype(np.float32) @ onehot[l]
+    return out
 
 
 def rank_load(window: Window, placement: Placement) -> np.ndarray:

@@ -45,8 +45,12 @@ def save_instance(path: str | os.PathLike, instance: Instance) -> None:
     arrays = {"lengths": window.lengths, "demand": window.demand, "meta": np.array(json.dumps(meta))}
     if not np.array_equal(window.attn_work, window.lengths.astype(np.float64) ** 2):
         arrays["attn_work"] = window.attn_work
-    with open(path, "wb") as handle:
-        np.savez_compressed(handle, **arrays)
+    # deflate level 1: a production window's demand compresses well at a tenth of the
+    # time of numpy's default level
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
+        for name, array in arrays.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
 
 
 def _cluster_from_meta(data) -> Cluster:
