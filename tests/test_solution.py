@@ -1,0 +1,51 @@
+"""Placement and Layout: balanced and bijective by construction, round trips."""
+
+import numpy as np
+import pytest
+
+from rp_opt import InputError, Layout, Placement
+from rp_opt.window import Cluster
+
+
+def test_identity_placement():
+    p = Placement.identity(2, 6, 3)
+    np.testing.assert_array_equal(p.ranks, [[0, 0, 1, 1, 2, 2]] * 2)
+    np.testing.assert_array_equal(p.experts_of_ranks()[1], [[0, 1], [2, 3], [4, 5]])
+
+
+def test_unbalanced_placement_rejected():
+    with pytest.raises(InputError, match="layer 0 rank 0 holds 3 experts, not E/P=2"):
+        Placement(np.array([[0, 0, 0, 1]]), 2)
+    with pytest.raises(InputError, match="outside"):
+        Placement(np.array([[0, 0, 1, 2]]), 2)
+    with pytest.raises(InputError, match="P=3 does not divide E=4"):
+        Placement(np.zeros((1, 4), dtype=int), 3)
+
+
+def test_layout_rows_round_trip():
+    """Samples 0..4 in 2 rows x 2 slots; row 1 slot 0 holds {1, 4}."""
+    rows = [[[0], [3]], [[1, 4], [2]]]
+    layout = Layout.from_rows(rows, 5)
+    np.testing.assert_array_equal(layout.cell_of, [0, 2, 3, 1, 2])
+    assert layout.to_rows() == rows
+    np.testing.assert_array_equal(layout.cell_sizes(), [[1, 1], [2, 1]])
+    assert layout.permute_rows([1, 0]).to_rows() == [rows[1], rows[0]]
+
+
+@pytest.mark.parametrize("rows, message", [
+    ([[[0], [1]], [[1], [2]]], "sample 1 appears twice"),
+    ([[[0], [1]]], "sample 2 is in no cell"),
+    ([[[0], [1]], [[2]]], r"rows\[1\]: must be a list of 2 slots"),
+    ([[[0], [7]]], "sample 7 is not in"),
+])
+def test_layout_from_bad_rows(rows, message):
+    with pytest.raises(InputError, match=message):
+        Layout.from_rows(rows, 3)
+
+
+def test_cluster_validation():
+    assert Cluster(8, 2, 4, 100).shard_of_slot().tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    with pytest.raises(InputError, match="cluster.capacity: must be a positive integer, got -1"):
+        Cluster(8, 2, 4, -1)
+    with pytest.raises(InputError, match="cluster.max_samples_per_cell"):
+        Cluster(8, 2, 4, 100, 0)
