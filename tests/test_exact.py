@@ -1,0 +1,198 @@
+"""Tests of the exact packing planner (rp_opt.packing.exact) and the joint model.
+
+Every plan goes through the independent checker; optima are compared with brute-force
+enumeration scored by rp_opt.cost.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from rp_opt.check import check
+from rp_opt.cost import get_objective, score
+from rp_opt.packing.exact import solve_packing
+from rp_opt.packing.exact.common import (canonical_layout, packing_data, satisfies_chains, symmetry_chains,
+                                         symmetry_mode)
+from rp_opt.packing.exact.joint import canonical_placement
+from rp_opt.solution import Layout, Placement
+from rp_opt.solvers import get_solver
+from rp_opt.window import Cluster, CostModel, Instance, Stage, Window
+
+
+def make_window(n, *, D=2, G=1, L=2, E=4, P=2, C=100, seed=0, m=None, k=2):
+    """Random tiny instance: lengths 5..39, skewed (Dirichlet 0.5) routing of k tokens per
+    token, a linear stage and a softmax stage (beta > 0 makes attention non-additive)."""
+    rng = np.random.default_rng(seed)
+    T = rng.integers(5, 40, n)
+    dem = np.zeros((n, L, E), dtype=np.int64)
+    for l in range(L):
+        probs = rng.dirichlet(np.full(E, 0.5), n)
+        dem[:, l] = [rng.multinomial(k * T[i], probs[i]) for i in range(n)]
+    window = Window(T, dem, k)
+    cost = CostModel((Stage("linear", 2, 1.0, 0.0), Stage("softmax", 1, 0.5, 0.02)), 0.3)
+    return Instance(window, Cluster(D, G, P, C, m), cost)
+
+
+def brute_force(instance, placement, num_rows, objective):
+    """Lexicographic minimum over every valid assignment of samples to the R*D cells."""
+    n = instance.window.num_samples
+    cells = num_rows * instance.cluster.dp
+    T = instance.window.lengths
+    best = None
+    for assign in itertools.product(range(cells), repeat=n):
+        assign = np.array(assign)
+        sizes = np.bincount(assign, minlength=cells)
+        if sizes.min() < 1 or np.bincount(assign, weights=T, minlength=cells).max() > instance.cluster.capacity:
+            continue
+        m = instance.cluster.max_samples_per_cell
+        if m is not None and sizes.max() > m:
+            continue
+        s = score(instance, placement, Layout(assign, num_rows, instance.cluster.dp), objective)
+        if best is None or s < best:
+            best = s
+    return best
+
+
+def assert_lex_close(a, b, rel=1e-6):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x == pytest.approx(y, rel=rel, abs=1e-6), (a, b)
+
+
+def checked(instance, result, num_rows=None):
+    report = check(instance, result.plan, num_rows=num_rows)
+    assert report.valid, report.violations
+    assert_lex_close(report.score, result.score)
+    return report
+
+
+@pytest.mark.parametrize("G", [1, 2])
+@pytest.mark.parametrize("objective", ["shard", "sync"])
+@pytest.mark.parametrize("backend", ["cpsat", "highs"])
+def test_equals_brute_force(G, objective, backend):
+    """N = 6 samples into R*D = 2*2 cells: the exact optimum is the enumerated optimum."""
+    inst = make_window(6, D=2, G=G, seed=G)
+    place = Placement.identity(2, 4, 2)
+    expected = brute_force(inst, place, 2, objective)
+    res = solve_packing(inst, place, 2, objective=objective, backend=backend, time_limit=30)
+    assert res.status == "optimal"
+    checked(inst, res, num_rows=2)
+    assert_lex_close(res.score, expected)
+    assert res.bound <= res.score[0] + 1e-9
+
+
+@pytest.mark.parametrize("objective,G", [("shard", 2), ("sync", 2), ("weighted", 2), ("sync", 1)])
+def test_symmetry_breaking_keeps_optimum(objective, G):
+    """Symmetry on and off reach the same (brute-force) optimum, on a window with a sample
+    limit and one slot per shard or two (D = 4)."""
+    inst = make_window(6, D=4, G=G, seed=11, C=120, m=2)
+    place = Placement.identity(2, 4, 2)
+    expected = brute_force(inst, place, 1, objective)
+    on = solve_packing(inst, place, 1, objective=objective, symmetry=True, time_limit=30)
+    off = solve_packing(inst, place, 1, objective=objective, symmetry=False, time_limit=30)
+    for res in (on, off):
+        assert res.status == "optimal"
+        checked(inst, res, num_rows=1)
+        assert_lex_close(res.score, expected)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), shape=st.sampled_from([(2, 2, 2), (3, 4, 2), (2, 4, 1), (2, 4, 4)]),
+       objective=st.sampled_from(["shard", "sync", "weighted"]))
+def test_canonical_layout_meets_chains_and_keeps_score(seed, shape, objective):
+    """Every layout has an equivalent (same score) layout that satisfies the symmetry
+    chains of its objective: the existence argument of the symmetry proof."""
+    R, D, G = shape
+    rng = np.random.default_rng(seed)
+    n = R * D + int(rng.integers(0, 5))
+    inst = make_window(n, D=D, G=G, seed=seed, C=10_000)
+    cell_of = np.concatenate([np.arange(R * D), rng.integers(0, R * D, n - R * D)])
+    layout = Layout(rng.permutation(cell_of), R, D)
+    place = Placement.identity(2, 4, 2)
+    mode = symmetry_mode(get_objective(objective))
+    canon = canonical_layout(layout, G, mode)
+    assert satisfies_chains(canon, symmetry_chains(packing_data(inst, place, R), mode))
+    assert_lex_close(score(inst, place, canon, objective), score(inst, place, layout, objective), rel=1e-12)
+
+
+def test_shard_and_sync_disagree():
+    """MODEL.md's point, 2 shards x 2 rows, one slot per shard, expert cost only (L=1, E=P=2,
+    gamma=1): samples send (rank0, rank1) tokens s0=(2,1) s1=(1,2) s2=(1,1) s3=(0,3)
+    s4=(3,2). Shard's optimum [[{0,3},{1}],[{2},{4}]] has J=[[4,2],[1,3]]: shard totals
+    (5,5) -> 5, sync 4+3=7. Sync's optimum [[{0,1},{2}],[{3},{4}]] has J=[[3,1],[3,3]]:
+    shard 6, sync 6. Each objective picks its own."""
+    dem = np.array([[2, 1], [1, 2], [1, 1], [0, 3], [3, 2]])[:, None, :]
+    window = Window(dem.sum(axis=(1, 2)), dem, 1)
+    inst = Instance(window, Cluster(2, 2, 2, 100), CostModel((Stage("none", 1, 0.0, 0.0),), 1.0))
+    place = Placement.identity(1, 2, 2)
+    for backend in ("cpsat", "highs"):
+        shard = solve_packing(inst, place, 2, objective="shard", backend=backend, time_limit=20)
+        sync = solve_packing(inst, place, 2, objective="sync", backend=backend, time_limit=20)
+        checked(inst, shard)
+        checked(inst, sync)
+        assert shard.score[0] == pytest.approx(5.0) and sync.score[0] == pytest.approx(6.0)
+        assert score(inst, place, sync.plan.layout, "shard")[0] == pytest.approx(6.0)
+        assert score(inst, place, shard.plan.layout, "sync")[0] == pytest.approx(7.0)
+
+
+def test_time_limited_returns_valid_plan_and_bound():
+    """40 samples, 0.5 s: a checked plan, a bound at most its score, a gap reported."""
+    inst = make_window(40, D=4, G=2, L=4, E=8, P=4, C=120, seed=5)
+    res = get_solver("exact")(inst, objective="sync", time_limit=0.5, num_rows=3)
+    assert res.status in ("optimal", "feasible")
+    checked(inst, res, num_rows=3)
+    assert res.bound is not None and res.bound <= res.score[0] + 1e-9
+    assert res.gap is not None and 0 <= res.gap < 1
+
+
+def test_warm_start_and_infeasible():
+    """A warm-start plan is used (its placement too) and never beaten by a worse result; a
+    window with fewer samples than cells is infeasible."""
+    inst = make_window(8, D=2, G=2, seed=3)
+    first = get_solver("exact")(inst, objective="shard", time_limit=10, num_rows=2)
+    again = get_solver("exact")(inst, objective="shard", time_limit=10, num_rows=2, warm_start=first.plan)
+    assert again.stats["start"] == "warm_start"
+    assert_lex_close(again.score, first.score)
+    assert np.array_equal(again.plan.placement.ranks, first.plan.placement.ranks)
+    res = solve_packing(inst, first.plan.placement, 5, time_limit=5)
+    assert res.status == "infeasible" and res.plan is None
+
+
+def test_cpsat_rounding_bound_is_reported():
+    """The CP-SAT stats carry, per level, how far the cost rounding can move a score."""
+    inst = make_window(6, D=2, G=2, seed=8)
+    res = solve_packing(inst, Placement.identity(2, 4, 2), 2, objective="sync", time_limit=20)
+    assert len(res.stats["rounding"]) == 3
+    assert all(0 <= r < 1e-3 * res.score[0] for r in res.stats["rounding"])
+
+
+def test_joint_brute_force_and_never_worse():
+    """Micro window (N=5, L=1, E=4, P=2, R*D=4): joint = min over every balanced placement
+    of the brute-force layout optimum, and <= LPT placement then exact packing."""
+    inst = make_window(5, D=2, G=2, L=1, E=4, P=2, seed=21)
+    best = None
+    for ranks in set(itertools.permutations([0, 0, 1, 1])):
+        s = brute_force(inst, Placement(np.array([ranks]), 2), 2, "sync")
+        best = s if best is None or s < best else best
+    joint = get_solver("joint")(inst, objective="sync", time_limit=30, num_rows=2)
+    assert joint.status == "optimal"
+    checked(inst, joint, num_rows=2)
+    assert_lex_close(joint.score, best)
+    hier = get_solver("exact")(inst, objective="sync", time_limit=30, num_rows=2)
+    assert joint.score <= tuple(x + 1e-9 for x in hier.score) or joint.score[0] < hier.score[0]
+
+
+def test_canonical_placement_keeps_loads():
+    rng = np.random.default_rng(0)
+    ranks = np.stack([rng.permutation(np.repeat(np.arange(4), 2)) for _ in range(3)])
+    place = Placement(ranks, 4)
+    canon = canonical_placement(place)
+    first = [[min(np.flatnonzero(canon.ranks[l] == p)) for p in range(4)] for l in range(3)]
+    assert all(f == sorted(f) for f in first)
+    inst = make_window(8, D=2, L=3, E=8, P=4, seed=1)
+    lay = Layout(np.arange(8) % 4, 2, 2)
+    assert_lex_close(score(inst, place, lay), score(inst, canon, lay), rel=1e-12)
