@@ -1,0 +1,39 @@
+"""rp-opt calibrate: fit alpha_s, beta_s, gamma to measured per-microbatch times."""
+
+from __future__ import annotations
+
+from ._common import add_json, emit_json, open_instance, table
+
+
+def register(sub) -> None:
+    p = sub.add_parser("calibrate", help="fit the cost model to measured (row, shard) times (rp-opt-timings/1)")
+    p.add_argument("timings", help="timings .json (format rp-opt-timings/1)")
+    p.add_argument("--window", metavar="FILE.npz",
+                   help="instance of the runs that name no window; its cost model is the prior")
+    p.add_argument("-o", "--output", metavar="COST.json", help="write the calibrated cost model")
+    add_json(p)
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from ..calibrate import fit_cost, load_timings, save_cost
+
+    window = open_instance(args.window)[0] if args.window else None
+    runs = load_timings(args.timings, window)
+    fit = fit_cost(runs, window.cost if window is not None else None)
+    if args.output:
+        save_cost(args.output, fit.cost)
+    out = fit.to_dict()
+    out["runs"] = len(runs)
+    out["output"] = args.output
+    if args.json:
+        emit_json(out)
+    else:
+        print(f"fit of {fit.observations} measured times from {len(runs)} runs ({fit.iterations} NNLS passes)")
+        print(f"  R^2 {fit.r2:.6f}   relative RMS error {100 * fit.rel_rms:.3f} %   RMS {fit.rms:.6g} s")
+        print(table(["stage", "layers", "alpha", "beta"],
+                    [[s.name, s.layers, s.alpha, s.beta] for s in fit.cost.stages]))
+        print(f"gamma {fit.cost.gamma:.6g}")
+        if args.output:
+            print(f"cost model written to {args.output}")
+    return 0

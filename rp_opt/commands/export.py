@@ -1,0 +1,54 @@
+"""rp-opt export: write a plan as JSON + .npz (phy2log, log2phy, per-slot microbatches)."""
+
+from __future__ import annotations
+
+from ..check import check_plan
+from ..errors import require
+from ..io import plan_from_dict, read_plan_file
+from ._common import add_json, emit_json, open_instance
+
+
+def register(sub) -> None:
+    p = sub.add_parser("export", help="export a plan for a trainer: PREFIX.json + PREFIX.npz (phy2log, log2phy, "
+                                      "microbatch lists)")
+    p.add_argument("file", help="instance .npz the plan is for")
+    p.add_argument("plan", help="plan .json")
+    p.add_argument("-o", "--output", required=True, metavar="OUT_PREFIX", help="writes OUT_PREFIX.json and OUT_PREFIX.npz")
+    p.add_argument("--previous", metavar="EXPORT.npz",
+                   help="export of the placement in force: experts that stay on their rank keep their slot")
+    add_json(p)
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from ..export import export_plan, load_export
+
+    instance, path = open_instance(args.file)
+    data = read_plan_file(args.plan)
+    report = check_plan(instance, data["placement"], data["rows"], data.get("objective", "sync"))
+    if not report.valid:
+        out = {"valid": False, "violations": report.violations, "file": path, "plan": args.plan}
+        if args.json:
+            emit_json(out)
+        else:
+            print("valid: false")
+            for v in report.violations:
+                print(f"  violation: {v}")
+            print("nothing exported")
+        return 1
+    plan = plan_from_dict(instance, data)
+    previous = None
+    if args.previous:
+        arrays = load_export(args.previous)
+        require("phy2log" in arrays, "--previous", f"{args.previous} has no phy2log array")
+        previous = arrays["phy2log"]
+    json_path, npz_path = export_plan(plan, args.output, previous)
+    out = {"valid": True, "json": json_path, "npz": npz_path, "num_rows": plan.num_rows,
+           "num_layers": plan.placement.num_layers, "num_experts": plan.placement.num_experts,
+           "num_ranks": plan.placement.num_ranks}
+    if args.json:
+        emit_json(out)
+    else:
+        print(f"wrote {json_path} and {npz_path} ({plan.num_rows} rows x {instance.cluster.dp} slots, "
+              f"{plan.placement.num_layers} layers x {plan.placement.num_experts} experts on {plan.placement.num_ranks} ranks)")
+    return 0

@@ -1,0 +1,298 @@
+"""Routing-replay adapters: the routing a rollout engine records -> demand counts a[N, L, E].
+
+Three input forms are accepted (MODEL.md, "Data of one window"):
+
+- **per sample**: a sequence of N integer arrays of shape [T_i, L, k], the top-k expert ids
+  of every token of sample i at every MoE layer (what rollout engines return per sample);
+- **padded**: one integer array [B, S, L, k] with an attention mask [B, S] (1 = a token of
+  the sample, 0 = padding; ids at padded positions are ignored);
+- **counts**: precomputed demand [N, L, E].
+
+Counting is one ``np.bincount`` over flattened (sample, layer, expert) keys, in chunks of
+samples so that the int64 count buffer stays bounded on production windows (N = 8192,
+L = 48, E = 256 is 100M counts). Every problem raises :class:`~rp_opt.errors.InputError`
+naming the sample, e.g. ``routing[3]: expert id 300 at token 17 layer 2 is outside [0, 256)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .errors import InputError, require
+from .window import Window, compact_counts
+
+_CHUNK_KEYS = 1 << 24  # counts per bincount call (128 MB of int64)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Demand and lengths recovered from replayed routing.
+
+    Attributes
+    ----------
+    lengths
+        T[N], tokens of every sample.
+    demand
+        a[N, L, E] (smallest unsigned dtype that holds it).
+    top_k
+        k, experts per token (None when the input was counts and k was not given).
+    """
+
+    lengths: np.ndarray
+    demand: np.ndarray
+    top_k: int | None
+
+    def window(self, top_k: int | None = None, attn_work=None) -> Window:
+        """The :class:`~rp_opt.window.Window` of this replay."""
+        k = top_k if top_k is not None else self.top_k
+        if k is None:
+            k = infer_top_k(self.lengths, self.demand)
+        return Window(self.lengths, self.demand, k, attn_work)
+
+
+def _as_int_array(value, field: str) -> np.ndarray:
+    try:
+        array = np.asarray(value)
+    except Exception as exc:  # torch tensors on a device, odd objects
+        raise InputError(field, f"cannot be read as an array ({type(exc).__name__})") from None
+    if array.dtype == object:
+        raise InputError(field, "is ragged (nested lists of different lengths)")
+    if array.dtype.kind == "b" or array.dtype.kind not in "iuf":
+        raise InputError(field, f"must hold integer expert ids, got dtype {array.dtype}")
+    if array.dtype.kind == "f":
+        if array.size and not bool(np.all(np.isfinite(array) & (array == np.round(array)))):
+            raise InputError(field, "holds a non-integer expert id")
+        array = array.astype(np.int64)
+    return array
+
+
+def _check_ids(ids: np.ndarray, num_experts: int, field: str, token_offset: np.ndarray | None = None,
+               sample_of: np.ndarray | None = None, token_of: np.ndarray | None = None) -> None:
+    """Raise naming the first id outside [0, E); ``ids`` is [T, L, k] of one sample or a
+    flattened batch with the sample and token of every row."""
+    bad = (ids < 0) | (ids >= num_experts)
+    if not bad.any():
+        return
+    row, layer, _ = np.argwhere(bad)[0]
+    value = ids[row, layer][bad[row, layer]][0]
+    if sample_of is None:
+        raise InputError(field, f"expert id {value} at token {row} layer {layer} is outside [0, {num_experts})")
+    raise InputError(f"{field}[{sample_of[row]}]",
+                     f"expert id {value} at token {token_of[row]} layer {layer} is outside [0, {num_experts})")
+
+
+def _count(sample: np.ndarray, ids: np.ndarray, num_samples: int, num_experts: int,
+           out: np.ndarray, first: int) -> None:
+    """Add the counts of ``ids`` [M, L, k] (token rows of samples ``sample`` [M], numbered from
+    ``first``) into ``out[first:first + num_samples]``."""
+    _, num_layers, k = ids.shape
+    layer = np.arange(num_layers, dtype=np.int64)[None, :, None]
+    keys = ((sample[:, None, None] - first) * num_layers + layer) * num_experts + ids
+    counts = np.bincount(keys.ravel(), minlength=num_samples * num_layers * num_experts)
+    out[first:first + num_samples] = counts.reshape(num_samples, num_layers, num_experts)
+
+
+def _chunks(num_samples: int, per_sample: int):
+    step = max(1, _CHUNK_KEYS // max(per_sample, 1))
+    for start in range(0, num_samples, step):
+        yield start, min(num_samples, start + step)
+
+
+def demand_from_samples(routing: Sequence, num_experts: int, num_layers: int | None = None,
+                        top_k: int | None = None) -> Replay:
+    """Demand from per-sample routing arrays [T_i, L, k].
+
+    Parameters
+    ----------
+    routing
+        N integer arrays (numpy, lists, or CPU tensors) of shape [T_i, L, k].
+    num_experts
+        E; every id must be in [0, E).
+    num_layers, top_k
+        Expected L and k (default: those of the first sample; every sample must agree).
+
+    Returns
+    -------
+    Replay
+        lengths T_i, demand a[N, L, E] and k.
+    """
+    _check_experts(num_experts)
+    require(isinstance(routing, (list, tuple)) or hasattr(routing, "__len__"), "routing",
+            f"must be a sequence of per-sample arrays, got {type(routing).__name__}")
+    require(len(routing) >= 1, "routing", "is empty: a window needs at least one sample")
+    arrays = []
+    for i, item in enumerate(routing):  # per-sample shape checks only; counting is vectorised
+        ids = _as_int_array(item, f"routing[{i}]")
+        require(ids.ndim == 3, f"routing[{i}]", f"must be [T, L, k], got shape {ids.shape}")
+        if num_layers is None:
+            num_layers = ids.shape[1]
+        if top_k is None:
+            top_k = ids.shape[2]
+        require(ids.shape[0] >= 1, f"routing[{i}]", "has no tokens; every sample needs >= 1 token")
+        require(ids.shape[1] == num_layers, f"routing[{i}]",
+                f"has {ids.shape[1]} layers, expected L={num_layers}")
+        require(ids.shape[2] == top_k, f"routing[{i}]", f"has k={ids.shape[2]} experts per token, expected k={top_k}")
+        _check_ids(ids, num_experts, f"routing[{i}]")
+        arrays.append(ids)
+    _check_layers_k(num_layers, top_k, num_experts)
+    lengths = np.array([a.shape[0] for a in arrays], dtype=np.int64)
+    n = lengths.size
+    demand = np.empty((n, num_layers, num_experts), dtype=np.uint32)
+    per_sample = int(num_layers * num_experts)
+    for start, stop in _chunks(n, per_sample):
+        ids = np.concatenate(arrays[start:stop], axis=0).astype(np.int64, copy=False)
+        sample = np.repeat(np.arange(start, stop, dtype=np.int64), lengths[start:stop])
+        _count(sample, ids, stop - start, num_experts, demand, start)
+    _check_top_k_distinct(demand, lengths, "routing")
+    return Replay(lengths, compact_counts(demand), int(top_k))
+
+
+def demand_from_padded(routing, mask=None, num_experts: int | None = None,
+                       num_layers: int | None = None) -> Replay:
+    """Demand from a padded batch [B, S, L, k] and its attention mask [B, S].
+
+    Parameters
+    ----------
+    routing
+        [B, S, L, k] integer expert ids; positions where ``mask`` is 0 are ignored.
+    mask
+        [B, S], 1 (or True) for a token, 0 for padding; default: every position is a token.
+    num_experts
+        E.
+    num_layers
+        Expected L (optional).
+    """
+    _check_experts(num_experts)
+    ids = _as_int_array(routing, "routing")
+    require(ids.ndim == 4, "routing", f"a padded batch must be [B, S, L, k], got shape {ids.shape}")
+    b, s, num_layers_seen, k = ids.shape
+    require(b >= 1, "routing", "is empty: a window needs at least one sample")
+    if num_layers is not None:
+        require(num_layers_seen == num_layers, "routing", f"has {num_layers_seen} layers, expected L={num_layers}")
+    _check_layers_k(num_layers_seen, k, num_experts)
+    if mask is None:
+        mask = np.ones((b, s), dtype=bool)
+    mask = np.asarray(mask)
+    require(mask.shape == (b, s), "mask", f"must have shape (B, S) = ({b}, {s}), got {mask.shape}")
+    require(mask.dtype.kind in "biu" or (mask.dtype.kind == "f" and bool(np.all((mask == 0) | (mask == 1)))),
+            "mask", f"must hold 0/1, got dtype {mask.dtype}")
+    if mask.dtype.kind != "b":
+        odd = np.argwhere((mask != 0) & (mask != 1))
+        if odd.size:
+            raise InputError(f"mask[{odd[0][0]}]", f"holds {mask[tuple(odd[0])]} at token {odd[0][1]}; expected 0 or 1")
+        mask = mask.astype(bool)
+    lengths = mask.sum(axis=1).astype(np.int64)
+    empty = np.flatnonzero(lengths == 0)
+    if empty.size:
+        raise InputError(f"mask[{empty[0]}]", "sample has no tokens; every sample needs >= 1 token")
+    sample_all, token_all = np.nonzero(mask)  # row-major: samples in order
+    demand = np.empty((b, num_layers_seen, num_experts), dtype=np.uint32)
+    bounds = np.concatenate([[0], np.cumsum(lengths)])
+    for start, stop in _chunks(b, num_layers_seen * num_experts):
+        rows = slice(bounds[start], bounds[stop])
+        sample, token = sample_all[rows], token_all[rows]
+        chunk = ids[sample, token].astype(np.int64, copy=False)  # [M, L, k]
+        _check_ids(chunk, num_experts, "routing", sample_of=sample, token_of=token)
+        _count(sample, chunk, stop - start, num_experts, demand, start)
+    _check_top_k_distinct(demand, lengths, "routing")
+    return Replay(lengths, compact_counts(demand), int(k))
+
+
+def demand_from_counts(counts, num_experts: int | None = None, num_layers: int | None = None,
+                       lengths=None, top_k: int | None = None) -> Replay:
+    """Validate precomputed counts a[N, L, E].
+
+    ``lengths`` default to sum_e a[i, 0, e] / k when ``top_k`` is given (a full replay routes
+    k T_i tokens per layer); otherwise they must be given.
+    """
+    counts = np.asarray(counts)
+    require(counts.ndim == 3, "counts", f"must be [N, L, E], got shape {counts.shape}")
+    require(counts.shape[0] >= 1, "counts", "is empty: a window needs at least one sample")
+    if num_experts is not None:
+        require(counts.shape[2] == num_experts, "counts", f"has {counts.shape[2]} experts, expected E={num_experts}")
+    if num_layers is not None:
+        require(counts.shape[1] == num_layers, "counts", f"has {counts.shape[1]} layers, expected L={num_layers}")
+    if counts.dtype.kind in "iu" and counts.size:
+        neg = np.argwhere(counts < 0)
+        if neg.size:
+            i, l, e = neg[0]
+            raise InputError(f"counts[{i}]", f"count {counts[i, l, e]} of expert {e} at layer {l} is negative")
+    demand = compact_counts(counts, "counts")
+    if lengths is None:
+        require(top_k is not None, "lengths", "are needed with precomputed counts unless top_k is given")
+        per_layer = demand.sum(axis=2, dtype=np.int64)  # [N, L]
+        tokens = per_layer[:, 0]
+        uneven = np.argwhere(per_layer != tokens[:, None])
+        if uneven.size:
+            i, l = uneven[0]
+            raise InputError(f"counts[{i}]", f"layer {l} routes {per_layer[i, l]} tokens, layer 0 routes {tokens[i]}")
+        odd = np.flatnonzero(tokens % top_k != 0)
+        if odd.size:
+            raise InputError(f"counts[{odd[0]}]", f"routes {tokens[odd[0]]} tokens per layer, not a multiple of k={top_k}")
+        lengths = tokens // top_k
+    lengths = np.asarray(lengths)
+    require(lengths.shape == (counts.shape[0],), "lengths", f"must have shape ({counts.shape[0]},), got {lengths.shape}")
+    return Replay(lengths.astype(np.int64), demand, top_k)
+
+
+def replay(routing, *, num_experts: int, mask=None, num_layers: int | None = None,
+           lengths=None, top_k: int | None = None) -> Replay:
+    """Demand counts from routing in any accepted form (module docstring).
+
+    A 4-D array is a padded batch, a 3-D array with a 2-D ``mask`` too is not accepted (a
+    single sample must be wrapped in a list); a 3-D array otherwise is precomputed counts;
+    a list or tuple is per-sample routing.
+    """
+    if isinstance(routing, Replay):
+        return routing
+    if isinstance(routing, (list, tuple)):
+        require(mask is None, "mask", "is only used with a padded [B, S, L, k] batch")
+        return demand_from_samples(routing, num_experts, num_layers, top_k)
+    array = np.asarray(routing) if not isinstance(routing, np.ndarray) else routing
+    if array.ndim == 4:
+        return demand_from_padded(array, mask, num_experts, num_layers)
+    if array.ndim == 3:
+        require(mask is None, "mask", "is only used with a padded [B, S, L, k] batch")
+        return demand_from_counts(array, num_experts, num_layers, lengths, top_k)
+    raise InputError("routing", f"must be per-sample arrays [T_i, L, k], a padded batch [B, S, L, k] or counts "
+                                f"[N, L, E]; got an array of shape {array.shape}")
+
+
+def lengths_from_routing(routing, mask=None) -> np.ndarray:
+    """T[N] of per-sample routing (T_i rows each) or of a padded batch (mask sums)."""
+    if isinstance(routing, (list, tuple)):
+        return np.array([np.shape(r)[0] for r in routing], dtype=np.int64)
+    shape = np.shape(routing)
+    require(len(shape) == 4, "routing", f"lengths need per-sample arrays or a padded batch, got shape {shape}")
+    if mask is None:
+        return np.full(shape[0], shape[1], dtype=np.int64)
+    return np.asarray(mask).astype(bool).sum(axis=1).astype(np.int64)
+
+
+def infer_top_k(lengths: np.ndarray, demand: np.ndarray) -> int:
+    """k of counts: the most routed tokens per token over samples and layers (>= 1)."""
+    per_layer = demand.sum(axis=2, dtype=np.int64)
+    return max(1, int(np.ceil((per_layer / np.asarray(lengths)[:, None]).max())))
+
+
+def _check_experts(num_experts) -> None:
+    require(isinstance(num_experts, (int, np.integer)) and not isinstance(num_experts, bool) and num_experts >= 1,
+            "num_experts", f"must be a positive integer, got {num_experts!r}")
+
+
+def _check_layers_k(num_layers: int, k: int, num_experts: int) -> None:
+    require(num_layers >= 1, "routing", "has no layers")
+    require(1 <= k <= num_experts, "routing", f"has k={k} experts per token; needs 1 <= k <= E={num_experts}")
+
+
+def _check_top_k_distinct(demand: np.ndarray, lengths: np.ndarray, field: str) -> None:
+    """A token picks an expert at most once, so a[i,l,e] <= T_i; a larger count means some
+    token lists the same expert twice."""
+    over = demand > lengths[:, None, None]
+    if over.any():
+        i, l, e = np.argwhere(over)[0]
+        raise InputError(f"{field}[{i}]", f"expert {e} at layer {l} gets {demand[i, l, e]} tokens from a sample of "
+                                          f"{lengths[i]} tokens: some token lists an expert twice")

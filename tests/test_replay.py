@@ -1,0 +1,154 @@
+"""Routing-replay adapters: per-sample, padded and precomputed counts -> a[N, L, E]."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from rp_opt import InputError
+from rp_opt import replay as rp
+from rp_opt.replay import demand_from_counts, demand_from_padded, demand_from_samples, lengths_from_routing, replay
+
+
+def hand_routing():
+    """2 samples, L=2 layers, E=4 experts, k=2.
+
+    sample 0 (3 tokens): layer 0 picks {0,1},{0,2},{0,1}; layer 1 picks {3,2},{3,1},{2,3}
+    -> a[0,0] = [3,2,1,0], a[0,1] = [0,1,2,3]
+    sample 1 (1 token):  layer 0 {2,3}, layer 1 {0,3} -> a[1,0] = [0,0,1,1], a[1,1] = [1,0,0,1]
+    """
+    s0 = np.array([[[0, 1], [3, 2]], [[0, 2], [3, 1]], [[0, 1], [2, 3]]])
+    s1 = np.array([[[2, 3], [0, 3]]])
+    demand = np.array([[[3, 2, 1, 0], [0, 1, 2, 3]], [[0, 0, 1, 1], [1, 0, 0, 1]]])
+    return [s0, s1], demand
+
+
+def test_per_sample_hand():
+    routing, demand = hand_routing()
+    rep = demand_from_samples(routing, 4)
+    assert rep.lengths.tolist() == [3, 1]
+    assert rep.top_k == 2
+    assert rep.demand.tolist() == demand.tolist()
+    window = rep.window()
+    assert window.top_k == 2 and window.demand.sum() == 2 * 2 * 4
+
+
+def test_padded_hand_ignores_padding():
+    """Padded positions hold garbage (-1, 99) that must be ignored."""
+    routing, demand = hand_routing()
+    padded = np.full((2, 3, 2, 2), 99)
+    padded[0] = routing[0]
+    padded[1, 1] = routing[1][0]  # the token of sample 1 sits at position 1 (left padding)
+    padded[1, 0] = -1
+    mask = np.array([[1, 1, 1], [0, 1, 0]])
+    rep = demand_from_padded(padded, mask, 4)
+    assert rep.lengths.tolist() == [3, 1]
+    assert rep.demand.tolist() == demand.tolist()
+    assert lengths_from_routing(padded, mask).tolist() == [3, 1]
+    assert lengths_from_routing(routing).tolist() == [3, 1]
+
+
+def test_counts_and_dispatch():
+    routing, demand = hand_routing()
+    rep = demand_from_counts(demand, top_k=2)
+    assert rep.lengths.tolist() == [3, 1]
+    assert replay(demand, num_experts=4, top_k=2).demand.tolist() == demand.tolist()
+    assert replay(routing, num_experts=4).demand.tolist() == demand.tolist()
+    with pytest.raises(InputError, match="lengths"):
+        demand_from_counts(demand)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda r: [r[0], np.where(r[1] == 3, 4, r[1])], r"^routing\[1\]: expert id 4 at token 0 layer 0 is outside \[0, 4\)$"),
+    (lambda r: [np.where(r[0] == 2, -1, r[0]), r[1]], r"^routing\[0\]: expert id -1 at token 0 layer 1 is outside \[0, 4\)$"),
+    (lambda r: [r[0], r[1][:, :1]], r"^routing\[1\]: has 1 layers, expected L=2$"),
+    (lambda r: [r[0], r[1][:, :, :1]], r"^routing\[1\]: has k=1 experts per token, expected k=2$"),
+    (lambda r: [r[0], r[1][:0]], r"^routing\[1\]: has no tokens"),
+    (lambda r: [r[0], r[1][0]], r"^routing\[1\]: must be \[T, L, k\]"),
+    (lambda r: [r[0].astype(float) + 0.5, r[1]], r"^routing\[0\]: holds a non-integer expert id$"),
+    (lambda r: [[[[0, 1], [2]]], r[1]], r"^routing\[0\]: "),
+    (lambda r: [np.array([[[0, 0], [1, 2]]]), r[1]], r"^routing\[0\]: expert 0 at layer 0 gets 2 tokens"),
+])
+def test_per_sample_errors_name_the_sample(bad, message):
+    routing, _ = hand_routing()
+    with pytest.raises(InputError, match=message):
+        demand_from_samples(bad(routing), 4)
+
+
+def test_padded_errors():
+    routing, _ = hand_routing()
+    padded = np.zeros((2, 3, 2, 2), dtype=np.int64)
+    padded[:, :, :, 1] = 1
+    mask = np.ones((2, 3), dtype=bool)
+    padded[1, 2, 1, 0] = 300
+    with pytest.raises(InputError, match=r"^routing\[1\]: expert id 300 at token 2 layer 1 is outside \[0, 4\)$"):
+        demand_from_padded(padded, mask, 4)
+    mask[1, 2] = False  # the bad id is now padding
+    assert demand_from_padded(padded, mask, 4).lengths.tolist() == [3, 2]
+    with pytest.raises(InputError, match=r"^mask\[0\]: sample has no tokens"):
+        demand_from_padded(padded, np.array([[0, 0, 0], [1, 1, 0]]), 4)
+    with pytest.raises(InputError, match=r"^mask: must have shape"):
+        demand_from_padded(padded, np.ones((2, 2)), 4)
+    with pytest.raises(InputError, match=r"^routing: has 2 layers, expected L=3$"):
+        demand_from_padded(padded, mask, 4, num_layers=3)
+    with pytest.raises(InputError, match=r"^counts\[0\]: count -1"):
+        demand_from_counts(np.array([[[1, -1]]]), top_k=1)
+    with pytest.raises(InputError, match=r"^routing: must be per-sample arrays"):
+        replay(np.zeros((2, 2)), num_experts=4)
+
+
+@st.composite
+def ragged_routing(draw):
+    n = draw(st.integers(1, 6))
+    layers = draw(st.integers(1, 3))
+    experts = draw(st.integers(2, 9))
+    k = draw(st.integers(1, experts))
+    seed = draw(st.integers(0, 2 ** 31))
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 12, n)
+    # distinct experts per token: argsort of random keys
+    routing = [np.argsort(rng.random((t, layers, experts)), axis=2)[:, :, :k] for t in lengths]
+    return routing, experts
+
+
+@settings(max_examples=40, deadline=None)
+@given(ragged_routing())
+def test_forms_agree_with_a_direct_count(data):
+    """Per-sample, padded (garbage in padding, random alignment) and counts all give the
+    counts of a direct loop, and sum_e a[i,l,e] = k T_i."""
+    routing, experts = data
+    n, layers, k = len(routing), routing[0].shape[1], routing[0].shape[2]
+    direct = np.zeros((n, layers, experts), dtype=np.int64)
+    for i, r in enumerate(routing):
+        for t in range(r.shape[0]):
+            for l in range(layers):
+                for e in r[t, l]:
+                    direct[i, l, e] += 1
+    rep = demand_from_samples(routing, experts)
+    assert np.array_equal(rep.demand, direct)
+    assert np.array_equal(rep.demand.sum(axis=2), k * rep.lengths[:, None] * np.ones((1, layers)))
+    width = max(r.shape[0] for r in routing) + 2
+    padded = np.full((n, width, layers, k), -7)
+    mask = np.zeros((n, width), dtype=np.int64)
+    for i, r in enumerate(routing):
+        shift = i % 3
+        padded[i, shift:shift + r.shape[0]] = r
+        mask[i, shift:shift + r.shape[0]] = 1
+    assert np.array_equal(demand_from_padded(padded, mask, experts).demand, direct)
+    assert np.array_equal(demand_from_counts(direct, top_k=k).lengths, rep.lengths)
+
+
+def test_chunked_counting_matches(monkeypatch):
+    """Counting in chunks of samples (production windows) gives the same counts."""
+    rng = np.random.default_rng(1)
+    routing = [np.argsort(rng.random((t, 3, 16)), axis=2)[:, :, :4] for t in rng.integers(1, 30, 25)]
+    whole = demand_from_samples(routing, 16).demand
+    padded = np.zeros((25, 30, 3, 4), dtype=np.int64)
+    mask = np.zeros((25, 30), dtype=bool)
+    for i, r in enumerate(routing):
+        padded[i, :len(r)] = r
+        mask[i, :len(r)] = True
+    monkeypatch.setattr(rp, "_CHUNK_KEYS", 100)  # 2 samples per chunk
+    assert np.array_equal(demand_from_samples(routing, 16).demand, whole)
+    assert np.array_equal(demand_from_padded(padded, mask, 16).demand, whole)
