@@ -1,0 +1,102 @@
+"""The gap benchmark shared by ``scripts/bench_gap.py`` and ``rp-opt bench``: run a suite
+with several solvers on the same reference placement, then tabulate optimum / best bound,
+gaps and seconds."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+
+from ..errors import InputError, require
+from .report import add_gaps, per_instance_rows, per_solver_rows, print_tables, write_outputs
+from .runner import Task, run_tasks
+from .suites import suite
+
+DEFAULT_SOLVERS = ("baseline", "kk", "lpt-ffd", "heuristic", "exact")
+
+
+def machine() -> str:
+    """One line naming the machine (for the reports)."""
+    return f"{platform.machine()} {platform.system()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def add_arguments(parser: argparse.ArgumentParser, default_suite: str = "small") -> None:
+    parser.add_argument("--suite", default=default_suite, help="tiny, small, medium or production")
+    parser.add_argument("--solvers", default=",".join(DEFAULT_SOLVERS), help="comma-separated solver names")
+    parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: the suite's)")
+    parser.add_argument("--time-limit", type=float, default=10.0, help="seconds per solver run")
+    parser.add_argument("--objective", default="sync")
+    parser.add_argument("--workers", type=int, default=1, help="local processes")
+    parser.add_argument("--threads", type=int, default=1, help="threads per solver run (CP-SAT workers, annealing processes)")
+    parser.add_argument("--ray", metavar="ADDRESS", default=None, help="run on Ray ('local' or a cluster address)")
+    parser.add_argument("--limit", type=int, default=None, help="only the first LIMIT instances of the suite")
+
+
+def tasks_from_args(args) -> list[Task]:
+    require(args.time_limit > 0, "--time-limit", f"must be > 0, got {args.time_limit}")
+    require(args.workers >= 1, "--workers", f"must be >= 1, got {args.workers}")
+    seeds = None
+    if args.seeds:
+        try:
+            seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        except ValueError:
+            raise InputError("--seeds", f"must be comma-separated integers, got {args.seeds!r}") from None
+    specs = suite(args.suite, seeds)
+    if args.limit:
+        specs = specs[: args.limit]
+    solvers = [s.strip() for s in args.solvers.split(",") if s.strip()]
+    require(solvers, "--solvers", "names no solver")
+    from ..solvers import get_solver
+
+    for name in solvers:
+        get_solver(name)  # unknown names fail here, with the list of known ones
+    return [Task(spec, name, objective=args.objective, time_limit=args.time_limit, threads=args.threads)
+            for spec in specs for name in solvers]
+
+
+def run_gap(args, on_record=None) -> dict:
+    """Run the tasks of ``args`` and return {records, instances, tables, meta}."""
+    tasks = tasks_from_args(args)
+    start = time.perf_counter()
+    records = run_tasks(tasks, workers=args.workers, ray_address=args.ray, on_record=on_record)
+    wall = time.perf_counter() - start
+    instances = add_gaps(records)
+    tables = {
+        f"Per instance ({args.suite}): gap % to the best bound (seconds)": per_instance_rows(records),
+        f"Per solver ({args.suite}): mean ± std over instances": per_solver_rows(records),
+        f"Per configuration ({args.suite}): mean ± std over seeds": per_solver_rows(records, by_config=True),
+    }
+    meta = {"suite": args.suite, "solvers": args.solvers, "time_limit": args.time_limit, "workers": args.workers,
+            "threads": args.threads, "objective": args.objective, "ray": args.ray, "wall_seconds": wall,
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
+            "command": " ".join(sys.argv)}
+    return {"records": records, "instances": instances, "tables": tables, "meta": meta}
+
+
+def gap_plot(records: list[dict], path: str) -> str | None:
+    """Box plot of the gap to the best bound per solver (None when matplotlib is missing)."""
+    from .plots import gap_distribution
+
+    return gap_distribution(records, path)
+
+
+def emit(result: dict, args, name: str) -> None:
+    """Print tables (or JSON), write --out files."""
+    from ..commands._common import emit_json
+
+    meta = result["meta"]
+    if getattr(args, "out", None):
+        preamble = (f"Measured {meta['date']} on {meta['machine']}; wall {meta['wall_seconds']:.0f} s; "
+                    f"time limit {meta['time_limit']} s per run, {meta['workers']} worker(s), "
+                    f"{meta['threads']} thread(s) per run.")
+        write_outputs(args.out, name, result["tables"], {"meta": meta, "records": result["records"],
+                                                         "instances": result["instances"]}, preamble)
+        gap_plot(result["records"], os.path.join(args.out, "img", f"{name}.png"))
+    if getattr(args, "json", False):
+        emit_json({"meta": meta, "records": result["records"], "instances": result["instances"]})
+    else:
+        print_tables(result["tables"])

@@ -1,0 +1,211 @@
+"""Run benchmark tasks (instance spec x solver x options) on a process pool or on Ray.
+
+Every task rebuilds its instance from the spec, runs the solver, and sends the returned
+plan through the independent checker :func:`rp_opt.check.check` before anything is
+recorded: ``valid`` is the checker's verdict and ``check_agrees`` says whether its
+recomputed score equals the solver's. A record is a flat dict (JSON-ready).
+
+Parallelism: ``workers <= 1`` runs in this process (deterministic order, easy to debug);
+otherwise a ``concurrent.futures.ProcessPoolExecutor``; with ``ray_address`` the tasks go
+to a Ray cluster (``pip install rp-opt[ray]``; ``"local"`` starts a local Ray with
+``workers`` CPUs, any other value is passed to ``ray.init(address=...)``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import InputError
+from .suites import InstanceSpec
+
+log = logging.getLogger("rp_opt")
+
+# solvers that take a fixed placement (the others choose their own)
+PLACEMENT_SOLVERS = {"exact", "heuristic"}
+# option name of each solver's thread count
+THREAD_OPTION = {"exact": "workers", "heuristic": "workers", "joint": "workers"}
+PLACEMENTS = ("identity", "lpt", "reference")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One solver run.
+
+    Attributes
+    ----------
+    spec
+        The instance recipe.
+    solver
+        Registered solver name.
+    objective, time_limit, seed
+        Passed to the solver.
+    placement
+        For solvers that take one (``exact``, ``heuristic``): ``identity``, ``lpt``, or
+        ``reference`` (LPT + swap local search, the heuristic's default), so that several
+        solvers solve the same packing problem; None lets the solver choose.
+    threads
+        Threads the solver may use (CP-SAT workers, annealing processes).
+    options
+        Extra solver options.
+    score_under
+        Further objectives to score the returned plan under (recorded as
+        ``score_<name>``, by the checker).
+    label
+        Name of the run in tables (default: the solver name).
+    keep_plan
+        Keep the :class:`~rp_opt.result.Plan` in the record (key ``_plan``).
+    """
+
+    spec: InstanceSpec
+    solver: str
+    objective: str = "sync"
+    time_limit: float = 10.0
+    seed: int = 0
+    placement: str | None = "reference"
+    threads: int = 1
+    options: dict = field(default_factory=dict, hash=False, compare=False)
+    score_under: tuple[str, ...] = ()
+    label: str | None = None
+    keep_plan: bool = False
+
+
+def reference_placement(instance, kind: str):
+    """The placement named ``kind`` for ``instance`` (see :class:`Task`)."""
+    from ..solution import Placement
+
+    window, cluster = instance.window, instance.cluster
+    if kind == "identity":
+        return Placement.identity(window.num_layers, window.num_experts, cluster.ep)
+    if kind == "lpt":
+        from ..placement import lpt_placement
+        return lpt_placement(window, cluster.ep)
+    if kind == "reference":
+        from ..placement import local_search_placement
+        return local_search_placement(window, cluster.ep)
+    raise InputError("placement", f"must be one of {PLACEMENTS}, got {kind!r}")
+
+
+def run_task(task: Task) -> dict:
+    """Run one task and return its record (never raises: failures become ``status='error'``)."""
+    from ..check import check
+    from ..solvers import get_solver
+
+    spec = task.spec
+    record = {"instance": spec.name, "config": spec.config, "seed": spec.seed, "model": spec.model,
+              "N": spec.samples, "D": spec.dp, "G": spec.edp, "P": spec.ep, "solver": task.label or task.solver,
+              "objective": task.objective, "time_limit": task.time_limit}
+    try:
+        t0 = time.perf_counter()
+        instance = spec.build()
+        record["L"], record["E"] = instance.window.num_layers, instance.window.num_experts
+        record["build_seconds"] = time.perf_counter() - t0
+        options = dict(task.options)
+        if task.solver in THREAD_OPTION:
+            options.setdefault(THREAD_OPTION[task.solver], task.threads)
+        if task.solver in PLACEMENT_SOLVERS and task.placement is not None and "placement" not in options:
+            options["placement"] = reference_placement(instance, task.placement)
+            record["placement"] = task.placement
+        solve = get_solver(task.solver)
+        result = solve(instance, objective=task.objective, time_limit=task.time_limit, seed=task.seed, **options)
+    except InputError as exc:
+        record.update(status="error", error=str(exc), valid=False)
+        return record
+    except Exception as exc:  # a crashing solver is a result of the benchmark, not the end of it
+        record.update(status="error", error=f"{type(exc).__name__}: {exc}", valid=False,
+                      traceback=traceback.format_exc(limit=4))
+        return record
+    stats = result.stats or {}
+    levels = stats.get("levels") or []
+    record.update(
+        status=result.status, seconds=result.seconds, bound=result.bound, gap=result.gap,
+        score=result.score[0] if result.score else None, score_levels=[float(x) for x in result.score],
+        num_rows=result.plan.num_rows if result.plan else None,
+        primary_proven=bool(levels and str(levels[0].get("status", "")).upper() == "OPTIMAL")
+        or result.status == "optimal",
+        stats_placement=stats.get("placement"),
+    )
+    if result.plan is None:
+        record["valid"] = False
+        return record
+    report = check(instance, result.plan)
+    if task.keep_plan:
+        record["_plan"] = result.plan  # for pictures; strip_private() removes it before JSON
+    record["valid"] = bool(report.valid)
+    record["violations"] = list(report.violations[:3])
+    record["check_agrees"] = bool(report.score is not None and abs(report.score[0] - result.score[0])
+                                  <= 1e-6 * max(1.0, abs(result.score[0])))
+    for name in task.score_under:
+        other = check(instance, result.plan, objective=name)
+        record[f"score_{name}"] = other.score[0] if other.score else None
+    return record
+
+
+def _ray_run(tasks: list[Task], address: str, workers: int, on_record) -> list[dict]:
+    try:
+        import ray
+    except ImportError:
+        raise InputError("ray", "Ray is not installed; install the extra: pip install 'rp-opt[ray]'") from None
+    if not ray.is_initialized():
+        if address == "local":
+            ray.init(num_cpus=max(1, workers), include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
+    refs = {}
+    for k, task in enumerate(tasks):
+        remote = ray.remote(num_cpus=max(1, task.threads))(run_task)
+        refs[remote.remote(task)] = k
+    out: list[dict | None] = [None] * len(tasks)
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        for ref in done:
+            record = ray.get(ref)
+            out[refs[ref]] = record
+            if on_record:
+                on_record(record)
+    return out
+
+
+def run_tasks(tasks: list[Task], *, workers: int = 1, ray_address: str | None = None,
+              on_record: Callable[[dict], None] | None = None) -> list[dict]:
+    """Run ``tasks`` and return their records in task order.
+
+    Parameters
+    ----------
+    tasks
+        The runs.
+    workers
+        Local processes (1: run here, in order).
+    ray_address
+        Run on Ray instead (``"local"`` or a cluster address).
+    on_record
+        Called with every record as it arrives (a progress bar).
+    """
+    tasks = list(tasks)
+    if ray_address:
+        return _ray_run(tasks, ray_address, workers, on_record)
+    if workers <= 1 or len(tasks) <= 1:
+        out = []
+        for task in tasks:
+            out.append(run_task(task))
+            if on_record:
+                on_record(out[-1])
+        return out
+    out: list[dict | None] = [None] * len(tasks)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(run_task, task): k for k, task in enumerate(tasks)}
+        for future in as_completed(futures):
+            out[futures[future]] = future.result()
+            if on_record:
+                on_record(out[futures[future]])
+    return out
+
+
+def strip_private(records: list[dict]) -> list[dict]:
+    """Records without their ``_``-prefixed entries (plans kept for pictures)."""
+    return [{k: v for k, v in rec.items() if not k.startswith("_")} for rec in records]
