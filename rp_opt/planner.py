@@ -39,7 +39,8 @@ MODES = {
     "heuristic": ("heuristic", "lpt-ffd", "baseline"),
     "exact": ("exact", "auto", "heuristic", "lpt-ffd", "baseline"),
 }
-_BASELINES = {"baseline", "kk", "lpt-ffd"}  # solvers known to accept ``num_rows``
+# baseline planners choose their own placement rule (identity or LPT) and take no seed
+_FIXED_PLACEMENT = {"baseline", "kk", "lpt-ffd"}
 
 
 @dataclass(frozen=True)
@@ -334,14 +335,17 @@ class Planner:
         certificate = self._certify(window)
         timings["certify"] = time.perf_counter() - t
 
-        warm, warm_kind = self._warm_start(instance, certificate)
+        warm, seed_placement, warm_kind = self._warm_start(instance, certificate)
         name = self.solver_name
         from .solvers import get_solver
 
         solver = get_solver(name)
         options = dict(self.solver_options)
-        if certificate is not None and certificate.r_star is not None and name in _BASELINES:
+        if certificate is not None and certificate.r_star is not None:
+            # R* is proven once per step; every registered planner takes it as ``num_rows``
             options.setdefault("num_rows", certificate.r_star)
+        if seed_placement is not None and name not in _FIXED_PLACEMENT:
+            options.setdefault("placement", seed_placement)
         remaining = max(0.1 * self.time_limit, self.time_limit - (time.perf_counter() - start))
         t = time.perf_counter()
         result = solver(instance, objective=self.objective, time_limit=remaining, seed=self.seed,
@@ -379,26 +383,48 @@ class Planner:
             raise InputError("window", reason + (f"; {cert.fix}" if cert.fix else ""))
         return cert
 
-    def _warm_start(self, instance: Instance, certificate) -> tuple[Plan | None, str | None]:
-        """Previous placement + layout when the layout fits this window, previous placement
-        + the certificate's layout otherwise (a layout for other samples is no layout here)."""
+    def _warm_start(self, instance: Instance, certificate) -> tuple[Plan | None, Placement | None, str | None]:
+        """(warm-start plan, placement seed, kind) from the previous step.
+
+        The placement seed is, per layer, the better (lower max_p L[l,p], ties to the
+        previous one: fewer moves) of LPT + swap local search and the previous step's
+        placement improved by the same local search. The warm-start layout is the previous
+        layout when it is a layout of this window (same N, capacity, R = R*), else the
+        certificate's witness (a layout for other samples is no layout here).
+        """
         prev = self._previous
         window, cluster = instance.window, instance.cluster
         if not self.warm_start or prev is None:
-            return None, None
+            return None, None, None
         if prev.placement.ranks.shape != (window.num_layers, window.num_experts):
-            return None, None
+            return None, None, None
+        seed = _seed_placement(window, prev.placement)
         r_star = None if certificate is None else certificate.r_star
-        layout, kind = None, None
+        layout, kind = None, "placement"
         if _layout_fits(prev.layout, window, cluster) and (r_star is None or prev.layout.num_rows == r_star):
             layout, kind = prev.layout, "layout"
         elif certificate is not None and certificate.witness is not None and \
                 (r_star is None or certificate.witness.num_rows == r_star):
-            layout, kind = certificate.witness, "placement"
+            layout = certificate.witness
         if layout is None:
-            return None, None
-        value = score(instance, prev.placement, layout, self.objective)
-        return Plan(prev.placement, layout, self.objective, value, {"warm_start": kind}), kind
+            return None, seed, kind
+        value = score(instance, seed, layout, self.objective)
+        return Plan(seed, layout, self.objective, value, {"warm_start": kind}), seed, kind
+
+
+def _seed_placement(window: Window, previous: Placement) -> Placement:
+    """Per layer, the better of LPT + local search and local search from ``previous``."""
+    try:
+        from .placement import layer_rank_loads, local_search_placement
+    except ImportError:  # pragma: no cover - the placement package is part of the tree
+        return previous
+    load = window.expert_load()
+    fresh = local_search_placement(window, previous.num_ranks)
+    kept = local_search_placement(window, previous.num_ranks, start=previous)
+    peak_fresh = layer_rank_loads(load, fresh.ranks, previous.num_ranks).max(axis=1)
+    peak_kept = layer_rank_loads(load, kept.ranks, previous.num_ranks).max(axis=1)
+    use_fresh = peak_fresh < peak_kept
+    return Placement(np.where(use_fresh[:, None], fresh.ranks, kept.ranks), previous.num_ranks)
 
 
 def _layout_fits(layout: Layout, window: Window, cluster: Cluster) -> bool:

@@ -1,0 +1,108 @@
+"""Export of a plan for trainers outside Python (JSON + .npz with phy2log / log2phy)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from rp_opt import Layout, Placement, check
+from rp_opt.cli import main
+from rp_opt.export import export_arrays, export_plan, load_export, microbatch_lists, physical_maps
+from rp_opt.io import save_instance, save_plan
+from rp_opt.solvers import get_solver
+
+
+def test_physical_maps_hand():
+    """L=1, E=4, P=2: ranks [1, 0, 0, 1] -> rank 0 holds experts 1, 2 in slots 0, 1 and
+    rank 1 holds experts 0, 3 in slots 2, 3."""
+    placement = Placement(np.array([[1, 0, 0, 1]]), 2)
+    phy2log, log2phy = physical_maps(placement)
+    assert phy2log.tolist() == [[1, 2, 0, 3]]
+    assert log2phy.tolist() == [[2, 0, 1, 3]]
+
+
+def test_previous_map_keeps_staying_experts_in_their_slot():
+    """Previous slots [e0 e1 | e2 e3]; new ranks [0, 1, 0, 1]: e0 and e3 stay (slots 0, 3),
+    e2 moves into the slot e1 left (slot 1), e1 into slot 2."""
+    placement = Placement(np.array([[0, 1, 0, 1]]), 2)
+    phy2log, log2phy = physical_maps(placement, np.array([[0, 1, 2, 3]]))
+    assert phy2log.tolist() == [[0, 2, 1, 3]]
+    assert log2phy.tolist() == [[0, 2, 1, 3]]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 3), st.sampled_from([(4, 2), (6, 3), (8, 2), (8, 4)]), st.integers(0, 2 ** 31))
+def test_maps_invariants(num_layers, shape, seed):
+    """log2phy inverts phy2log, slot s is on rank s div (E/P) as the placement says, and an
+    expert on the same rank as before keeps its slot."""
+    experts, ranks = shape
+    rng = np.random.default_rng(seed)
+    per = experts // ranks
+    placement = Placement(np.stack([rng.permutation(np.arange(experts) // per) for _ in range(num_layers)]), ranks)
+    prev = np.stack([rng.permutation(experts) for _ in range(num_layers)])
+    for previous in (None, prev):
+        phy2log, log2phy = physical_maps(placement, previous)
+        rows = np.arange(num_layers)[:, None]
+        assert np.array_equal(phy2log[rows, log2phy], np.tile(np.arange(experts), (num_layers, 1)))
+        assert np.array_equal(log2phy // per, placement.ranks)
+    prev_slot = np.argsort(prev, axis=1)
+    stays = (prev_slot // per) == placement.ranks
+    assert np.array_equal(log2phy[stays], prev_slot[stays])
+
+
+def test_microbatch_lists_are_slot_major():
+    """2 rows x 2 slots: cell_of = [0, 3, 1, 2, 0] -> slot 0: rows [[0, 4], [3]], slot 1: [[2], [1]]."""
+    layout = Layout(np.array([0, 3, 1, 2, 0]), 2, 2)
+    samples, offsets = microbatch_lists(layout)
+    cells = [[samples[offsets[d, r]:offsets[d, r + 1]].tolist() for r in range(2)] for d in range(2)]
+    assert cells == [[[0, 4], [3]], [[2], [1]]]
+    assert offsets.shape == (2, 3)
+
+
+def test_export_files_and_cli(tmp_path, capsys):
+    from conftest import random_instance
+
+    instance = random_instance(5, n=16, layers=2, experts=8, dp=2, ep=2, capacity=64)
+    result = get_solver("lpt-ffd")(instance, objective="sync")
+    assert check(instance, result.plan).valid
+    json_path, npz_path = export_plan(result.plan, tmp_path / "out")
+    data = json.load(open(json_path))
+    arrays = load_export(npz_path)
+    rows = result.plan.layout.to_rows()
+    assert data["rows"] == rows
+    assert data["microbatches"] == [[rows[r][d] for r in range(len(rows))] for d in range(2)]
+    assert np.array_equal(arrays["log2phy"] // 4, result.plan.placement.ranks)
+    assert arrays["logical_to_physical_map"].shape == (2, 8, 1)
+    assert data["phy2log"] == arrays["phy2log"].tolist()
+    # the exported plan file is a valid plan for the checker
+    assert check(instance, result.plan).valid
+
+    save_instance(tmp_path / "w.npz", instance)
+    save_plan(tmp_path / "p.json", result.plan)
+    code = main(["export", str(tmp_path / "w.npz"), str(tmp_path / "p.json"), "-o", str(tmp_path / "cli"), "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["valid"] and out["num_rows"] == result.plan.num_rows
+    assert np.array_equal(load_export(tmp_path / "cli.npz")["phy2log"], arrays["phy2log"])
+    code = main(["export", str(tmp_path / "w.npz"), str(tmp_path / "p.json"), "-o", str(tmp_path / "cli2"),
+                 "--previous", str(tmp_path / "cli.npz")])
+    assert code == 0
+
+
+def test_cli_rejects_invalid_plan(tmp_path, capsys):
+    from conftest import hand_instance
+
+    instance = hand_instance()
+    save_instance(tmp_path / "w.npz", instance)
+    bad = {"placement": [[0, 0, 1, 1], [0, 1, 0, 1]], "rows": [[[0, 1], [2, 3]]], "objective": "sync"}
+    (tmp_path / "bad.json").write_text(json.dumps(bad))  # cell (0,1) holds 4 tokens: fine; cell (0,0) 4: fine
+    bad["rows"] = [[[0, 2], [1, 3]]]  # cell (0,0) holds 3 + 2 = 5 > C = 4
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    code = main(["export", str(tmp_path / "w.npz"), str(tmp_path / "bad.json"), "-o", str(tmp_path / "x")])
+    assert code == 1
+    assert "capacity" in capsys.readouterr().out
+    assert not (tmp_path / "x.npz").exists()
+    code = main(["export", str(tmp_path / "w.npz"), str(tmp_path / "missing.json"), "-o", str(tmp_path / "x")])
+    assert code == 2

@@ -1,0 +1,162 @@
+"""The trainer-facing Planner: replay -> R* certificate -> solver -> migration, step to step."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from rp_opt import Cluster, CostModel, InputError, Placement, Planner, Stage, check
+from rp_opt import planner as planner_module
+from rp_opt.materialise import apply_transfers
+from rp_opt.result import _jsonable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COST = CostModel((Stage("attn", 2, 1.0, 0.01),), gamma=0.5)
+
+
+def routing_of(seed: int, n: int = 16, layers: int = 3, experts: int = 8, k: int = 2, low: int = 4, high: int = 40):
+    """Per-sample top-k ids [T_i, L, k] with skewed expert popularity."""
+    rng = np.random.default_rng(seed)
+    popularity = np.log(rng.dirichlet(np.full(experts, 0.4), size=layers))
+    return [np.argsort(-(popularity[None] + rng.gumbel(size=(t, layers, experts))), axis=2)[:, :, :k]
+            for t in rng.integers(low, high, n)]
+
+
+def checked(step):
+    """Every plan goes through the independent checker; its score must match."""
+    report = check(step.instance, step.plan)
+    assert report.valid, report.violations
+    assert np.allclose(report.score, step.score, rtol=1e-9)
+    return report
+
+
+def test_baseline_mode_and_migration():
+    """Mode `lpt-ffd` (a registered solver name): LPT placement relabelled against the
+    identity in force; the migration's transfers turn the identity into the new placement."""
+    cluster = Cluster(dp=2, edp=1, ep=2, capacity=64)
+    planner = Planner(cluster, COST, mode="lpt-ffd", time_limit=2.0, expert_bytes=10)
+    assert planner.current_placement is None
+    routing = routing_of(0)
+    step = planner.plan(routing=routing, num_experts=8)
+    checked(step)
+    assert step.solver == "lpt+ffd" and step.step == 0 and planner.step == 1
+    assert step.r_star == step.num_rows
+    identity = Placement.identity(3, 8, 2)
+    assert np.array_equal(apply_transfers(identity, step.migration.transfers).ranks, step.placement.ranks)
+    assert step.migration.total_bytes == 10 * step.migration.num_transfers
+    # relabelling kept at least half of every layer in place (the better of a label swap)
+    assert step.migration.kept >= 3 * 4
+    assert planner.current_placement is step.placement
+    assert step.bound <= step.score[0] and 0 <= step.gap < 1
+    assert set(step.timings) >= {"replay", "certify", "solve", "migrate", "total"}
+    json.dumps(_jsonable(step.to_dict()))
+    # the same window again: nothing to move
+    again = planner.plan(routing=routing, num_experts=8)
+    checked(again)
+    assert again.migration.num_transfers == 0 and again.warm_start == "layout"
+
+
+def test_warm_starts_and_commit():
+    """Same N and shape -> the previous layout seeds; other samples -> only the placement
+    seeds (with the certificate's layout); commit=False changes nothing."""
+    cluster = Cluster(dp=2, edp=1, ep=2, capacity=64)
+    planner = Planner(cluster, COST, mode="heuristic", time_limit=0.6, seed=1)
+    first = planner.plan(routing=routing_of(1), num_experts=8)
+    checked(first)
+    assert first.warm_start is None
+    state = (planner.step, planner.current_placement)
+    dry = planner.plan(routing=routing_of(1), num_experts=8, commit=False)
+    checked(dry)
+    assert dry.warm_start == "layout"
+    assert planner.step == state[0] and planner.current_placement is state[1]
+    other = planner.plan(routing=routing_of(2, n=20), num_experts=8)
+    checked(other)
+    assert other.warm_start == "placement" and other.step == 1
+
+
+def test_seed_placement_is_no_worse_than_either_start():
+    from rp_opt.placement import layer_rank_loads, local_search_placement
+    from rp_opt.replay import demand_from_samples
+
+    window = demand_from_samples(routing_of(3, layers=4, experts=16), 16).window()
+    previous = Placement(np.stack([np.random.default_rng(l).permutation(np.arange(16) // 4) for l in range(4)]), 4)
+    seed = planner_module._seed_placement(window, previous)
+    load = window.expert_load()
+    peak = layer_rank_loads(load, seed.ranks, 4).max(axis=1)
+    assert np.all(peak <= layer_rank_loads(load, local_search_placement(window, 4).ranks, 4).max(axis=1))
+    assert np.all(peak <= layer_rank_loads(load, previous.ranks, 4).max(axis=1))
+
+
+def test_input_forms_give_the_same_instance():
+    routing = routing_of(4, n=6)
+    planner = Planner(Cluster(dp=2, edp=1, ep=2, capacity=64), COST, mode="baseline")
+    a = planner.instance(routing=routing, num_experts=8)
+    width = max(len(r) for r in routing)
+    padded = np.zeros((6, width, 3, 2), dtype=np.int64)
+    mask = np.zeros((6, width), dtype=bool)
+    for i, r in enumerate(routing):
+        padded[i, :len(r)] = r
+        mask[i, :len(r)] = True
+    b = planner.instance(routing=padded, mask=mask, num_experts=8)
+    c = planner.instance(routing=np.asarray(a.window.demand), top_k=2)
+    for other in (b, c):
+        assert np.array_equal(other.window.lengths, a.window.lengths)
+        assert np.array_equal(other.window.demand, a.window.demand)
+        assert other.window.top_k == 2
+    with pytest.raises(InputError, match=r"^routing\[2\]: expert id \d+ at token 0 layer 0 is outside \[0, 8\)$"):
+        planner.plan(routing=[*routing[:2], routing[2] + 9, *routing[3:]], num_experts=8)
+    with pytest.raises(InputError, match=r"^num_experts"):
+        Planner(Cluster(dp=2, edp=1, ep=2, capacity=64), COST).plan(routing=routing)
+
+
+def test_model_spec_cost_and_modes(monkeypatch):
+    """A spec name gives FLOP costs rescaled to the window's layers and the expert size;
+    unknown modes fail at configuration; a missing solver falls back along MODES."""
+    from rp_opt.models import cost_from_spec, load_spec
+
+    cluster = Cluster(dp=2, edp=1, ep=2, capacity=64)
+    planner = Planner(cluster, "ling-tiny-like", mode="baseline")
+    assert planner.cost_model(3) == cost_from_spec("ling-tiny-like", 3)
+    assert planner.expert_bytes == load_spec("ling-tiny-like").expert_bytes
+    step = planner.plan(routing=routing_of(5), num_experts=8)
+    checked(step)
+    assert step.instance.model == "ling-tiny-like"
+    with pytest.raises(InputError, match=r"^mode: "):
+        Planner(cluster, COST, mode="no-such-solver")
+    monkeypatch.setitem(planner_module.MODES, "auto", ("no-such-solver", "kk"))
+    assert Planner(cluster, COST, mode="auto").solver_name == "kk"
+    with pytest.raises(InputError, match=r"^mode: "):
+        Planner(cluster, COST, mode="auto", fallback=False)
+    for mode in ("heuristic", "exact"):
+        assert Planner(cluster, COST, mode=mode).solver_name == mode
+
+
+def test_auto_and_exact_modes_plan_valid_steps():
+    cluster = Cluster(dp=2, edp=1, ep=2, capacity=48)
+    routing = routing_of(6, n=8, low=4, high=24)
+    for mode in ("auto", "exact"):
+        step = Planner(cluster, COST, mode=mode, time_limit=2.0).plan(routing=routing, num_experts=8)
+        checked(step)
+        assert step.status in ("optimal", "feasible")
+
+
+def test_infeasible_window_is_one_line():
+    """3 samples cannot fill R*·D = 4 cells."""
+    planner = Planner(Cluster(dp=4, edp=1, ep=2, capacity=64), COST, mode="baseline")
+    with pytest.raises(InputError, match=r"^window: "):
+        planner.plan(routing=routing_of(7, n=3), num_experts=8)
+
+
+def test_example_script_runs_as_written():
+    """scripts/example_trainer.py is the README's "Use it in a trainer" example."""
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "example_trainer.py")], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["step 0", "step 1"]
+    assert "warm start: placement" in lines[1]
