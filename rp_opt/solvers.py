@@ -24,7 +24,7 @@ _PROVIDERS = {
     "exact": "rp_opt.packing.exact",
     "joint": "rp_opt.packing.exact",
     "heuristic": "rp_opt.packing.anneal",
-    "auto": "rp_opt.planner",
+    "auto": "rp_opt.plan",
 }
 
 

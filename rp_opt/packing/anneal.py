@@ -1,0 +1,722 @@
+"""Population annealing over layouts for a fixed placement: the production heuristic.
+
+A population of K replicas (layouts with R*·D non-empty cells) runs Metropolis steps of
+moves that keep every constraint -- relocate one sample to another cell (capacity, the
+per-cell limit m, the source cell keeps a sample) or swap two samples of different cells
+(capacity of both) -- at a temperature that falls geometrically; after every temperature
+step the replicas are resampled by their Boltzmann weights exp(-(1/T' - 1/T) E).
+
+Energy
+------
+E = sum_k eps^k * level_k, the lexicographic objective's levels (``rp_opt.cost``) folded
+into one scalar with eps = 1e-6 / (G R). Why this orders plans as the tuple does: for every
+registered objective whose first level is ``sync`` or ``shard``, each later level is at
+most G R times the primary (sum J <= G * sum_r max_g J <= G R * max J, and max J <= the
+primary), so eps^k level_k <= 1e-6 * primary: two plans whose primaries differ by more
+than a relative 2e-6 are ordered by the primary, and exact ties of the primary fall to the
+next level. Closer primaries may be ordered by the secondary instead; the returned plan is
+therefore chosen among candidates by the exact tuple (:func:`rp_opt.cost.score`).
+
+Incremental evaluation
+----------------------
+A move touches at most two cells c1, c2 and so two (row, shard) pairs p1, p2. The state
+of a replica holds the cell token sums T_c and attention sums Q_c, the per-layer rank
+loads W[pair, l, p], and A[pair], X[pair]. A proposal computes only
+W[p1] -+ dem, its per-layer maxima, X[p1], X[p2] (O(L P) each), and A[p1], A[p2] from the
+D/G slots of the two shards (O(S D/G)); the objective is then reduced from the R x G
+matrices A, X with the two entries replaced (O(R G), independent of N, L, E). Never a
+full rescore per move.
+
+Parallelism and the GPU seam
+----------------------------
+:func:`metropolis_steps` is the move kernel: batched numpy over a block of replicas times
+``candidates`` proposals each (one flat batch; every array op runs over the whole batch).
+The same code over cupy/torch arrays would run thousands of replicas on a GPU: THIS
+FUNCTION IS THE SEAM (its only host work is the RNG draws, which can move to the device
+generator). Across cores, replicas are split in contiguous blocks; the state lives in
+``multiprocessing.shared_memory`` arrays, forked workers run the kernel on their blocks,
+and the parent resamples the population in place between temperature steps.
+Deterministic for a seed and a worker count when stopped by temperature steps
+(``temperatures=``) or no-improvement; a time limit cuts the run at a wall-clock point.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..cost import _AXIS, get_objective, rank_demand
+from ..errors import InputError, require
+from ..result import FEASIBLE, Plan
+from ..solution import Layout, Placement
+from ..stop import MaxIterations, MaxSeconds, NoImprovement, StoppingCriterion
+from ..solvers import register_solver
+from ..window import Instance
+
+log = logging.getLogger("rp_opt")
+
+_REDUCERS = {"sum": np.sum, "max": np.max}
+
+
+# ---------------------------------------------------------------------------------------
+# Constant data of one problem (shared by all replicas, inherited by forked workers)
+# ---------------------------------------------------------------------------------------
+
+@dataclass
+class Problem:
+    """Window data the kernel needs, in flat arrays; names follow MODEL.md."""
+
+    demand: np.ndarray          # dem[N, P*L] int32 (rank-major): tokens of sample i on rank p of layer l
+    lengths: np.ndarray         # T[N] int64
+    work: np.ndarray            # Q[N] float64
+    alpha: np.ndarray           # [S]
+    beta: np.ndarray            # [S]
+    layers: np.ndarray          # n_s [S]
+    gamma: float
+    rows: int                   # R
+    slots: int                  # D
+    shards: int                 # G
+    num_layers: int             # L
+    num_ranks: int              # P
+    capacity: int               # C
+    limit: int | None           # m
+    aggregates: list            # [(attention weight, expert weight, inner, over axis, outer, energy coef)]
+    eps: float
+
+    @property
+    def per_shard(self) -> int:
+        return self.slots // self.shards
+
+    @property
+    def num_cells(self) -> int:
+        return self.rows * self.slots
+
+    @property
+    def num_pairs(self) -> int:
+        return self.rows * self.shards
+
+    def __post_init__(self):
+        cells = np.arange(self.num_cells)
+        # pair = r * G + g of every cell, and the D/G cells of every pair
+        self.pair_of_cell = (cells // self.slots) * self.shards + (cells % self.slots) // self.per_shard
+        self.cells_of_pair = np.argsort(self.pair_of_cell, kind="stable").reshape(self.num_pairs, self.per_shard)
+
+    def energy(self, attention: np.ndarray, expert: np.ndarray) -> np.ndarray:
+        """[B] scalar energy of B plans from A[B, R*G], X[B, R*G]."""
+        batch = attention.shape[0]
+        a = attention.reshape(batch, self.rows, self.shards)
+        x = expert.reshape(batch, self.rows, self.shards)
+        total = np.zeros(batch)
+        for wa, wx, inner, axis, outer, coef in self.aggregates:
+            m = wa * a + wx * x
+            total += coef * _REDUCERS[outer](_REDUCERS[inner](m, axis=axis + 1), axis=1)
+        return total
+
+
+def make_problem(instance: Instance, demand_by_rank: np.ndarray, num_rows: int, objective) -> Problem:
+    """The kernel's :class:`Problem` for ``instance`` with the given rank demand and R."""
+    objective = get_objective(objective)
+    window, cluster, cost = instance.window, instance.cluster, instance.cost
+    n, num_layers, num_ranks = demand_by_rank.shape
+    eps = 1e-6 / (cluster.edp * num_rows)
+    aggregates = []
+    for k, level in enumerate(objective.levels):
+        for coef, agg in level:
+            aggregates.append((agg.attention, agg.expert, agg.inner, _AXIS[agg.over], agg.outer, coef * eps ** k))
+    require(int(demand_by_rank.max(initial=0)) * n < 2 ** 31, "demand", "rank loads overflow int32")
+    # rank-major [N, P, L]: the max over p is then an elementwise max of P contiguous rows
+    return Problem(np.ascontiguousarray(demand_by_rank.transpose(0, 2, 1).reshape(n, -1), dtype=np.int32),
+                   window.lengths.astype(np.int64), window.attn_work.astype(np.float64),
+                   cost.alpha, cost.beta, cost.layers, float(cost.gamma), int(num_rows), cluster.dp, cluster.edp,
+                   num_layers, num_ranks, cluster.capacity, cluster.max_samples_per_cell, aggregates, eps)
+
+
+# ---------------------------------------------------------------------------------------
+# Replica state
+# ---------------------------------------------------------------------------------------
+
+_FIELDS = {  # name -> (shape builder, dtype)
+    "cell_of": (lambda p, n: (n,), np.int32),
+    "count": (lambda p, n: (p.num_cells,), np.int32),
+    "tokens": (lambda p, n: (p.num_cells,), np.float64),   # exact integer sums
+    "qwork": (lambda p, n: (p.num_cells,), np.float64),
+    "loads": (lambda p, n: (p.num_pairs, p.num_layers * p.num_ranks), np.int32),
+    "attention": (lambda p, n: (p.num_pairs,), np.float64),
+    "expert": (lambda p, n: (p.num_pairs,), np.float64),
+    "energy": (lambda p, n: (), np.float64),
+}
+
+
+class State:
+    """Arrays of K replicas (optionally in shared memory); field[k] is replica k."""
+
+    def __init__(self, problem: Problem, num_replicas: int, shared: bool = False):
+        self.num_replicas = num_replicas
+        self._shm = []
+        n = problem.lengths.size
+        for name, (shape_of, dtype) in _FIELDS.items():
+            shape = (num_replicas,) + shape_of(problem, n)
+            if shared:
+                from multiprocessing import shared_memory
+                size = max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize)
+                shm = shared_memory.SharedMemory(create=True, size=size)
+                self._shm.append(shm)
+                array = np.ndarray(shape, dtype=dtype, buffer=shm.buf)
+                array[...] = 0
+            else:
+                array = np.zeros(shape, dtype=dtype)
+            setattr(self, name, array)
+
+    def close(self):
+        for name in _FIELDS:
+            setattr(self, name, None)
+        for shm in self._shm:
+            shm.close()
+            shm.unlink()
+        self._shm = []
+
+    def permute(self, index: np.ndarray):
+        """Replica k becomes the old replica index[k] (resampling), in place."""
+        for name in _FIELDS:
+            array = getattr(self, name)
+            array[...] = array[index]
+
+
+def load_layouts(problem: Problem, state: State, replicas, layouts) -> None:
+    """Full evaluation of ``layouts[j]`` into replica ``replicas[j]`` (the only full scoring)."""
+    for k, cell_of in zip(replicas, layouts):
+        cell_of = np.asarray(cell_of, dtype=np.int64)
+        state.cell_of[k] = cell_of
+        state.count[k] = np.bincount(cell_of, minlength=problem.num_cells)
+        state.tokens[k] = np.bincount(cell_of, weights=problem.lengths.astype(np.float64), minlength=problem.num_cells)
+        state.qwork[k] = np.bincount(cell_of, weights=problem.work, minlength=problem.num_cells)
+        pair = problem.pair_of_cell[cell_of]
+        order = np.argsort(pair, kind="stable")
+        starts = np.searchsorted(pair[order], np.arange(problem.num_pairs))
+        loads = np.zeros((problem.num_pairs, problem.demand.shape[1]), dtype=np.int64)
+        filled = np.bincount(pair, minlength=problem.num_pairs) > 0
+        # per-pair sums in one pass (every pair of a valid layout is non-empty)
+        sums = np.add.reduceat(problem.demand[order].astype(np.int64), np.minimum(starts, order.size - 1), axis=0)
+        loads[filled] = sums[filled]
+        state.loads[k] = loads
+        state.expert[k] = problem.gamma * loads.reshape(problem.num_pairs, problem.num_ranks, -1).max(axis=1).sum(axis=1)
+        t = state.tokens[k][problem.cells_of_pair]
+        q = state.qwork[k][problem.cells_of_pair]
+        per_stage = problem.alpha[:, None, None] * t[None] + problem.beta[:, None, None] * q[None]
+        state.attention[k] = problem.layers @ per_stage.max(axis=2)
+    sel = np.asarray(replicas)
+    state.energy[sel] = problem.energy(state.attention[sel], state.expert[sel])
+
+
+# ---------------------------------------------------------------------------------------
+# The move kernel (batched over replicas x candidates): the GPU seam
+# ---------------------------------------------------------------------------------------
+
+def propose(problem: Problem, state: State, k0: int, k1: int, rng: np.random.Generator, candidates: int,
+            swap_share: float = 0.5):
+    """Draw and evaluate ``candidates`` moves for each replica in [k0, k1).
+
+    Returns a dict of flat [B] arrays (B = (k1 - k0) * candidates): replica ``rep`` (local),
+    samples ``i``, ``j``, ``swap``, cells ``c1``, ``c2``, feasibility ``ok``, and the new
+    W rows, A, X, energies of the two touched pairs.
+    """
+    p = problem
+    kb = k1 - k0
+    b = kb * candidates
+    n = p.lengths.size
+    rep = np.repeat(np.arange(kb), candidates)
+    i = rng.integers(0, n, b)
+    j = rng.integers(0, n, b)
+    swap = rng.random(b) < swap_share
+    target = rng.integers(0, p.num_cells, b)
+    cell_of = state.cell_of[k0:k1]
+    c1 = cell_of[rep, i].astype(np.int64)
+    c2 = np.where(swap, cell_of[rep, j], target).astype(np.int64)
+    d_tok = p.lengths[i] - np.where(swap, p.lengths[j], 0)          # moves c1 -> c2
+    d_q = p.work[i] - np.where(swap, p.work[j], 0.0)
+    tokens = state.tokens[k0:k1]
+    count = state.count[k0:k1]
+    # constraints: distinct cells; capacity of both cells; relocation keeps c1 non-empty
+    # and respects m in c2
+    ok = (c1 != c2) & (tokens[rep, c2] + d_tok <= p.capacity) & (tokens[rep, c1] - d_tok <= p.capacity)
+    ok &= swap | (count[rep, c1] > 1)
+    if p.limit is not None:
+        ok &= swap | (count[rep, c2] < p.limit)
+    p1, p2 = p.pair_of_cell[c1], p.pair_of_cell[c2]
+    same = p1 == p2
+    # expert: W[p1] - dem, W[p2] + dem (dem = a_i - a_j for a swap)
+    moved = np.take(p.demand, i, axis=0)
+    if swap.any():
+        moved[swap] -= np.take(p.demand, j[swap], axis=0)
+    loads = state.loads[k0:k1].reshape(kb * p.num_pairs, -1)
+    w1 = np.take(loads, rep * p.num_pairs + p1, axis=0)
+    w1 -= moved
+    w2 = np.take(loads, rep * p.num_pairs + p2, axis=0)
+    w2 += moved
+    shape = (b, p.num_ranks, p.num_layers)
+    x1 = p.gamma * w1.reshape(shape).max(axis=1).sum(axis=1, dtype=np.int64)
+    x2 = p.gamma * w2.reshape(shape).max(axis=1).sum(axis=1, dtype=np.int64)
+    expert = state.expert[k0:k1]
+    x1 = np.where(same, expert[rep, p1], x1)
+    x2 = np.where(same, expert[rep, p2], x2)
+    # attention: the D/G slots of each touched shard, with both cells updated
+    a_new = []
+    for pair in (p1, p2):
+        cells = p.cells_of_pair[pair]                                          # [B, D/G]
+        t = tokens[rep[:, None], cells]
+        q = state.qwork[k0:k1][rep[:, None], cells]
+        t = t - np.where(cells == c1[:, None], d_tok[:, None], 0) + np.where(cells == c2[:, None], d_tok[:, None], 0)
+        q = q - np.where(cells == c1[:, None], d_q[:, None], 0.0) + np.where(cells == c2[:, None], d_q[:, None], 0.0)
+        per_stage = p.alpha[:, None, None] * t[None] + p.beta[:, None, None] * q[None]
+        a_new.append(p.layers @ per_stage.max(axis=2))
+    a1, a2 = a_new
+    rows = np.arange(b)
+    attention = state.attention[k0:k1][rep]
+    expert_m = expert[rep]
+    attention[rows, p1] = a1
+    attention[rows, p2] = a2
+    expert_m[rows, p1] = x1
+    expert_m[rows, p2] = x2
+    energy = p.energy(attention, expert_m)
+    return dict(rep=rep, i=i, j=j, swap=swap, c1=c1, c2=c2, p1=p1, p2=p2, same=same, ok=ok, d_tok=d_tok,
+                d_q=d_q, w1=w1, w2=w2, attention=attention, expert=expert_m, energy=energy)
+
+
+def apply_moves(problem: Problem, state: State, k0: int, k1: int, moves: dict, chosen: np.ndarray) -> None:
+    """Apply the flat moves ``chosen`` (at most one per replica) to the state."""
+    if chosen.size == 0:
+        return
+    m = {key: value[chosen] for key, value in moves.items()}
+    k = m["rep"] + k0
+    state.cell_of[k, m["i"]] = m["c2"]
+    sw = m["swap"]
+    state.cell_of[k[sw], m["j"][sw]] = m["c1"][sw]
+    rel = ~sw
+    state.count[k[rel], m["c1"][rel]] -= 1
+    state.count[k[rel], m["c2"][rel]] += 1
+    state.tokens[k, m["c1"]] -= m["d_tok"]
+    state.tokens[k, m["c2"]] += m["d_tok"]
+    state.qwork[k, m["c1"]] -= m["d_q"]
+    state.qwork[k, m["c2"]] += m["d_q"]
+    moves_w = ~m["same"]
+    state.loads[k[moves_w], m["p1"][moves_w]] = m["w1"][moves_w]
+    state.loads[k[moves_w], m["p2"][moves_w]] = m["w2"][moves_w]
+    state.attention[k] = m["attention"]
+    state.expert[k] = m["expert"]
+    state.energy[k] = m["energy"]
+
+
+def metropolis_steps(problem: Problem, state: State, k0: int, k1: int, temperature: float, steps: int,
+                     rng: np.random.Generator, candidates: int = 4) -> int:
+    """``steps`` Metropolis steps on replicas [k0, k1): each step every replica draws
+    ``candidates`` moves, keeps the feasible one of least energy and accepts it with
+    probability min(1, exp(-dE / T)). Returns the number of accepted moves.
+
+    This is the move kernel; see the module docstring ("the GPU seam").
+    """
+    kb = k1 - k0
+    accepted = 0
+    for _ in range(steps):
+        moves = propose(problem, state, k0, k1, rng, candidates)
+        delta = np.where(moves["ok"], moves["energy"] - state.energy[k0:k1][moves["rep"]], np.inf)
+        delta = delta.reshape(kb, candidates)
+        best = np.argmin(delta, axis=1)
+        d = delta[np.arange(kb), best]
+        u = rng.random(kb)
+        with np.errstate(over="ignore", invalid="ignore"):
+            take = np.isfinite(d) & ((d <= 0) | (u < np.exp(-np.maximum(d, 0) / max(temperature, 1e-300))))
+        chosen = np.flatnonzero(take) * candidates + best[take]
+        apply_moves(problem, state, k0, k1, moves, chosen)
+        accepted += int(take.sum())
+    return accepted
+
+
+# ---------------------------------------------------------------------------------------
+# Workers (forked processes on blocks of replicas; the state is in shared memory)
+# ---------------------------------------------------------------------------------------
+
+_WORKER: dict = {}
+
+
+def _worker_loop(conn, problem, state, k0, k1):
+    while True:
+        task = conn.recv()
+        if task is None:
+            break
+        temperature, steps, entropy, candidates = task
+        rng = np.random.default_rng(entropy)
+        conn.send(metropolis_steps(problem, state, k0, k1, temperature, steps, rng, candidates))
+    conn.close()
+
+
+class Pool:
+    """Blocks of replicas; block 0 runs in this process, the others in forked workers."""
+
+    def __init__(self, problem: Problem, state: State, workers: int):
+        self.problem, self.state = problem, state
+        k = state.num_replicas
+        edges = np.linspace(0, k, workers + 1).round().astype(int)
+        self.blocks = [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+        self.conns, self.procs = [], []
+        if workers > 1:
+            ctx = mp.get_context("fork")
+            for k0, k1 in self.blocks[1:]:
+                parent, child = ctx.Pipe()
+                proc = ctx.Process(target=_worker_loop, args=(child, problem, state, k0, k1), daemon=True)
+                proc.start()
+                child.close()
+                self.conns.append(parent)
+                self.procs.append(proc)
+
+    def run(self, temperature: float, steps: int, seed: int, step_index: int, candidates: int) -> int:
+        for b, conn in enumerate(self.conns, start=1):
+            conn.send((temperature, steps, (seed, step_index, b), candidates))
+        k0, k1 = self.blocks[0]
+        accepted = metropolis_steps(self.problem, self.state, k0, k1, temperature, steps,
+                                    np.random.default_rng((seed, step_index, 0)), candidates)
+        for conn in self.conns:
+            accepted += conn.recv()
+        return accepted
+
+    def close(self):
+        for conn in self.conns:
+            try:
+                conn.send(None)
+                conn.close()
+            except (BrokenPipeError, OSError):
+                pass
+        for proc in self.procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.terminate()
+
+
+# ---------------------------------------------------------------------------------------
+# Population annealing driver
+# ---------------------------------------------------------------------------------------
+
+@dataclass
+class AnnealStats:
+    temperatures: int = 0
+    steps: int = 0
+    proposals: int = 0
+    accepted: int = 0
+    seconds: float = 0.0
+    t_start: float = 0.0
+    t_end: float = 0.0
+    start_energies: list | None = None
+
+
+def anneal(problem: Problem, starts: list[np.ndarray], *, replicas: int = 32, workers: int = 1, seed: int = 0,
+           stop: StoppingCriterion | None = None, time_limit: float | None = None, temperatures: int = 60,
+           steps_per_temperature: int = 20, candidates: int = 4, t_start: float | None = None,
+           t_ratio: float = 1e-3) -> tuple[np.ndarray, float, AnnealStats]:
+    """Population annealing from ``starts`` (cell_of arrays); returns (best cell_of, its
+    energy, stats).
+
+    The temperature falls geometrically from ``t_start`` (default: from the spread of the
+    energy changes of a probe batch) to ``t_start * t_ratio``; progress is the share of
+    ``time_limit`` spent when one is given, else the share of ``temperatures`` done.
+    ``stop`` is checked after every temperature step with the best energy.
+    """
+    started = time.perf_counter()
+    workers = max(1, min(int(workers), replicas))
+    state = State(problem, replicas, shared=workers > 1)
+    pool = None
+    try:
+        first = min(len(starts), replicas)
+        load_layouts(problem, state, range(first), starts[:first])
+        stats = AnnealStats()
+        stats.start_energies = state.energy[:first].tolist()
+        if replicas > first:  # replica k starts from start k mod (number of starts)
+            state.permute(np.arange(replicas) % first)
+        best_energy = float(state.energy.min())
+        best = state.cell_of[int(np.argmin(state.energy))].astype(np.int64)
+        if t_start is None:
+            probe = propose(problem, state, 0, replicas, np.random.default_rng((seed, 1 << 30)), candidates)
+            delta = (probe["energy"] - state.energy[probe["rep"]])[probe["ok"]]
+            up = delta[delta > 0]
+            t_start = float(np.median(up)) if up.size else max(abs(best_energy) * 1e-6, 1e-12)
+        t_end = t_start * t_ratio
+        stats.t_start, stats.t_end = t_start, t_end
+        if stop is None:
+            stop = MaxIterations(temperatures) if time_limit is None else MaxSeconds(time_limit)
+        pool = Pool(problem, state, workers)
+        beta_old = 1.0 / t_start
+        step = 0
+        while True:
+            if time_limit is not None:
+                progress = (time.perf_counter() - started) / max(time_limit, 1e-9)
+            else:
+                progress = step / max(temperatures - 1, 1)
+            temp = t_start * (t_end / t_start) ** min(1.0, progress)
+            # population annealing: resample by Boltzmann weights of the temperature change
+            beta_new = 1.0 / temp
+            if step > 0 and replicas > 1:
+                logw = -(beta_new - beta_old) * (state.energy - state.energy.min())
+                weight = np.exp(logw - logw.max())
+                weight /= weight.sum()
+                rng = np.random.default_rng((seed, step, 1 << 20))
+                # systematic resampling keeps the population size and is low-variance
+                points = (rng.random() + np.arange(replicas)) / replicas
+                index = np.minimum(np.searchsorted(np.cumsum(weight), points), replicas - 1)
+                state.permute(index)
+            beta_old = beta_new
+            stats.accepted += pool.run(temp, steps_per_temperature, seed, step, candidates)
+            stats.steps += steps_per_temperature
+            stats.proposals += steps_per_temperature * replicas * candidates
+            step += 1
+            k = int(np.argmin(state.energy))
+            if state.energy[k] < best_energy:
+                best_energy = float(state.energy[k])
+                best = state.cell_of[k].astype(np.int64)
+            if stop(best_energy):
+                break
+        stats.temperatures = step
+        stats.seconds = time.perf_counter() - started
+        return best, best_energy, stats
+    finally:
+        if pool is not None:
+            pool.close()
+        state.close()
+
+
+# ---------------------------------------------------------------------------------------
+# The solver
+# ---------------------------------------------------------------------------------------
+
+def default_placement(window, num_ranks: int) -> tuple[Placement, str]:
+    """LPT + swap local search (placement package) when available, else LPT, else identity."""
+    try:
+        from ..placement import local_search_placement
+        return local_search_placement(window, num_ranks), "lpt+local-search"
+    except ImportError:
+        pass
+    try:
+        from ..placement import lpt_placement
+        return lpt_placement(window, num_ranks), "lpt"
+    except ImportError:
+        return Placement.identity(window.num_layers, window.num_experts, num_ranks), "identity"
+
+
+def _quick_rows(instance: Instance):
+    """R* without the certifier when FFD meets the L1 / cardinality bound: with B_FFD bins
+    and B >= max(ceil(sum T / C), ceil(N / m)), ceil(B_FFD / D) = ceil(L / D) proves R*.
+    The witness is the FFD packing split into R* D non-empty bins. None otherwise."""
+    try:
+        from ..rows.heuristics import expand_bins, first_fit_decreasing
+    except ImportError:
+        return None
+    window, cluster = instance.window, instance.cluster
+    m = cluster.max_samples_per_cell
+    low = -(-int(window.lengths.sum()) // cluster.capacity)
+    if m is not None:
+        low = max(low, -(-window.num_samples // m))
+    bins = first_fit_decreasing(window.lengths, cluster.capacity, m)
+    rows = -(-(int(bins.max()) + 1) // cluster.dp)
+    if rows != -(-low // cluster.dp) or rows * cluster.dp > window.num_samples:
+        return None
+    witness = Layout.from_bins(expand_bins(bins, rows * cluster.dp), rows, cluster.dp)
+    return rows, witness, {"rows_method": "L1 = FFD", "rows_status": "optimal"}
+
+
+def certified_rows(instance: Instance, time_limit: float) -> tuple[int, Layout | None, dict]:
+    """R*, the certifier's witness layout (or None) and what proved it."""
+    window, cluster = instance.window, instance.cluster
+    quick = _quick_rows(instance)
+    if quick is not None:
+        return quick
+    try:
+        from ..rows import certify_rows
+    except ImportError:
+        from .baseline import min_rows
+        return min_rows(window, cluster), None, {"rows_method": "ffd upper bound (certifier not available)"}
+    cert = certify_rows(window, cluster, time_limit)
+    if cert.r_star is None:
+        if cert.witness is None:
+            raise InputError("window", cert.reason or f"no layout found (certifier status {cert.status})")
+        # bounds not closed in time: use the witness's row count, say so
+        return int(cert.upper_bound), cert.witness, {"rows_method": f"witness, not proven ({cert.status})",
+                                                     "rows_lower_bound": cert.lower_bound}
+    return int(cert.r_star), cert.witness, {"rows_method": cert.bound_method, "rows_status": cert.status}
+
+
+@register_solver("heuristic", "LPT placement + diverse seeds + population annealing of the packing")
+def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed: int = 0, warm_start=None,
+              placement: Placement | None = None, workers: int | None = None, **options):
+    """Production heuristic: placement (LPT + local search, or given), R* and its witness,
+    diverse seeds, population annealing of the layout under ``objective``.
+
+    Options: ``replicas`` (K, default 32), ``candidates`` (moves drawn per replica per
+    step, 4), ``steps_per_temperature`` (20), ``temperatures`` (fixed number of temperature
+    steps: deterministic schedule), ``no_improvement`` (stop after that many temperature
+    steps without a better energy), ``seeds`` (seed rules), ``num_rows``,
+    ``report_baseline`` (default True: score identity + ffd for ``improvement``).
+    """
+    from ..solvers import plan_result
+    from .seeds import greedy_seconds, layout_violation, seed_layouts
+
+    started = time.perf_counter()
+    objective = get_objective(objective)
+    window, cluster = instance.window, instance.cluster
+    time_limit = 5.0 if time_limit is None else float(time_limit)
+    require(time_limit > 0, "time_limit", f"must be > 0, got {time_limit}")
+    stats: dict = {}
+    timings: dict = {}
+
+    warm_layout = None
+    if warm_start is not None:
+        require(isinstance(warm_start, Plan), "warm_start", "must be a Plan")
+        require(warm_start.layout.cell_of.size == window.num_samples, "warm_start",
+                f"places {warm_start.layout.cell_of.size} samples, the window has N={window.num_samples}")
+        if placement is None:
+            placement = warm_start.placement
+            stats["placement"] = "warm start"
+        warm_layout = warm_start.layout
+    t = time.perf_counter()
+    if placement is None:
+        placement, stats["placement"] = default_placement(window, cluster.ep)
+    else:
+        stats.setdefault("placement", "given")
+    timings["placement"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    if options.get("num_rows") is not None:
+        num_rows, witness, row_stats = int(options["num_rows"]), None, {"rows_method": "given"}
+    elif warm_layout is not None and options.get("trust_warm_rows", False):
+        num_rows, witness, row_stats = warm_layout.num_rows, None, {"rows_method": "warm start"}
+    else:
+        num_rows, witness, row_stats = certified_rows(instance, max(0.5, 0.2 * time_limit))
+    stats.update(row_stats)
+    stats["r_star"] = num_rows
+    timings["rows"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    demand = rank_demand(window, placement)
+    timings["rank_demand"] = time.perf_counter() - t
+    t = time.perf_counter()
+    rules = options.get("seeds")
+    if rules is None:
+        rules = ["witness", "ffd", "kk"]
+        # the expert-aware greedy costs O(N R G L P): only when it fits the budget
+        if greedy_seconds(instance, num_rows, cluster.ep) <= 0.35 * time_limit:
+            rules.append("greedy")
+    seeds = seed_layouts(instance, num_rows, demand, witness, tuple(rules))
+    if warm_layout is not None:
+        why = layout_violation(instance, warm_layout, num_rows)
+        require(why is None, "warm_start", f"is not a valid layout of R*={num_rows} rows: {why}")
+        seeds = {"warm_start": warm_layout, **seeds}
+    timings["seeds"] = time.perf_counter() - t
+    if not seeds:
+        raise InputError("window", f"no seed layout of R*={num_rows} rows could be built")
+
+    problem = make_problem(instance, demand, num_rows, objective)
+    names = list(seeds)
+    starts = [seeds[name].cell_of for name in names]
+    replicas = int(options.get("replicas", 32))
+    workers = os.cpu_count() or 1 if workers is None else int(workers)
+    workers = max(1, min(workers, replicas))
+
+    remaining = time_limit - (time.perf_counter() - started) - float(options.get("reserve", 0.15 * time_limit))
+    stop = None
+    run_limit = None
+    if options.get("temperatures") is not None:
+        stop = MaxIterations(int(options["temperatures"]))
+        if options.get("no_improvement"):
+            stop = stop | NoImprovement(int(options["no_improvement"]))
+    else:
+        run_limit = max(remaining, 0.05)
+        stop = MaxSeconds(run_limit)
+        if options.get("no_improvement"):
+            stop = stop | NoImprovement(int(options["no_improvement"]))
+    best, best_energy, astats = anneal(
+        problem, starts, replicas=replicas, workers=workers, seed=int(seed), stop=stop, time_limit=run_limit,
+        temperatures=int(options.get("temperatures") or 60),
+        steps_per_temperature=int(options.get("steps_per_temperature", 20)),
+        candidates=int(options.get("candidates", 4)))
+    timings["anneal"] = astats.seconds
+    seed_energy = dict(zip(names, astats.start_energies or []))
+
+    layout = Layout(best, num_rows, cluster.dp)
+    from ..cost import score as full_score
+    chosen = "anneal"
+    # the anneal's best energy is <= every start's; the exact tuple decides against the
+    # warm start (never return worse than it)
+    if warm_layout is not None:
+        value = full_score(instance, placement, layout, objective, demand)
+        start_value = full_score(instance, placement, warm_layout, objective, demand)
+        stats["warm_start_score"] = list(start_value)
+        if start_value < value:
+            layout, chosen = warm_layout, "warm_start"
+    stats.update(
+        objective=objective.name, workers=workers, replicas=replicas, candidates=int(options.get("candidates", 4)),
+        seeds=names, seed_energy=seed_energy, best_from=chosen, temperatures=astats.temperatures,
+        steps=astats.steps, proposals=astats.proposals, accepted=astats.accepted,
+        moves_per_second=astats.proposals / max(astats.seconds, 1e-9), t_start=astats.t_start, t_end=astats.t_end,
+        energy=best_energy, eps=problem.eps)
+    bound_stats = report_bounds(instance, placement, num_rows, objective, demand,
+                                baseline=options.get("report_baseline", True), ffd=seeds.get("ffd"))
+    stats.update(bound_stats)
+    stats["timings"] = timings
+    result = plan_result(instance, placement, layout, objective, solver="heuristic",
+                         seconds=time.perf_counter() - started, status=FEASIBLE,
+                         bound=bound_stats.get("lower_bound"), stats=stats, demand_by_rank=demand)
+    base = stats.get("baseline_score")
+    if base:
+        # relative reduction of the primary against identity + ffd on the same window
+        result.stats["improvement"] = (base[0] - result.score[0]) / base[0]
+    return result
+
+
+def strong_bounds(instance: Instance, num_rows: int):
+    """:class:`rp_opt.cost.CostBounds` valid for every placement, with the expert total
+    sum_{r,g} X >= gamma sum_l LB_l where LB_l is the pigeonhole bound on the best max rank
+    load of layer l (:func:`rp_opt.placement.placement_lower_bound`, >= MODEL.md's
+    max(max_e load, sum_e load / P)), since sum_{r,g} max_p W[r,g,l,p] >= max_p L[l,p]
+    (Eq. 4) holds for whatever placement the plan uses."""
+    from dataclasses import replace
+
+    from ..cost import cost_bounds
+
+    base = cost_bounds(instance, num_rows)
+    try:
+        from ..placement import placement_lower_bound
+    except ImportError:
+        return base
+    lb = placement_lower_bound(instance.window.expert_load(), instance.cluster.ep)
+    expert_total = instance.cost.gamma * float(np.sum(lb))
+    return replace(base, expert_total=max(base.expert_total, expert_total))
+
+
+def report_bounds(instance: Instance, placement: Placement, num_rows: int, objective, demand_by_rank,
+                  baseline: bool = True, ffd: Layout | None = None) -> dict:
+    """Lower bounds on the primary and the baseline's score (identity + ffd) for the report.
+
+    ``lower_bound`` holds for every placement and layout of ``num_rows`` rows (MODEL.md
+    analytic bounds with the placement-free expert bound strengthened by the pigeonhole
+    bound of :func:`rp_opt.placement.placement_lower_bound`); ``placement_bound`` holds
+    only for this placement (the packing's own gap).
+    """
+    from ..cost import cost_bounds
+
+    out: dict = {}
+    objective = get_objective(objective)
+    out["analytic_bound"] = cost_bounds(instance, num_rows).objective(objective)[0]
+    out["lower_bound"] = max(out["analytic_bound"], strong_bounds(instance, num_rows).objective(objective)[0])
+    out["placement_bound"] = cost_bounds(instance, num_rows, placement).objective(objective)[0]
+    if baseline:
+        from ..cost import score as full_score
+        from .baseline import pack
+        try:
+            layout = ffd if ffd is not None else pack(instance, "ffd", num_rows)[0]
+            identity = Placement.identity(instance.window.num_layers, instance.window.num_experts, instance.cluster.ep)
+            out["baseline_score"] = list(full_score(instance, identity, layout, objective))
+            out["baseline_rows"] = layout.num_rows
+        except InputError as exc:
+            out["baseline_error"] = str(exc)
+    return out

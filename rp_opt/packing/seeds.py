@@ -1,0 +1,164 @@
+"""Diverse starting layouts for the heuristic (all with exactly R*·D non-empty cells).
+
+Four rules, each a different view of the window:
+
+- ``witness``: the R* certifier's witness layout (length-only, proven row count);
+- ``ffd``: first-fit-decreasing by length (the AReaL baseline, :mod:`.baseline`);
+- ``kk``: Karmarkar-Karp by attention workload (the verl baseline, :mod:`.baseline`);
+- ``greedy``: expert-aware greedy: samples in decreasing cost (attention + expert cost
+  alone), each to the feasible cell whose choice raises the partial objective least.
+
+A rule that cannot produce a valid layout of exactly R* rows (capacity, the per-cell limit
+m, every cell non-empty) is skipped; :func:`layout_violation` is the validity test.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from ..solution import Layout
+from ..window import Instance
+
+log = logging.getLogger("rp_opt")
+
+
+def layout_violation(instance: Instance, layout: Layout, num_rows: int) -> str | None:
+    """None when ``layout`` has ``num_rows`` rows, every cell non-empty, within C and m;
+    otherwise the first violation in words."""
+    cluster = instance.cluster
+    if layout.num_rows != num_rows or layout.num_slots != cluster.dp:
+        return f"shape {layout.num_rows}x{layout.num_slots}, expected {num_rows}x{cluster.dp}"
+    if layout.cell_of.size != instance.window.num_samples:
+        return f"places {layout.cell_of.size} samples, the window has {instance.window.num_samples}"
+    count = np.bincount(layout.cell_of, minlength=layout.num_cells)
+    tokens = np.bincount(layout.cell_of, weights=instance.window.lengths, minlength=layout.num_cells)
+    if np.any(count == 0):
+        return f"cell {int(np.argmax(count == 0))} is empty"
+    if np.any(tokens > cluster.capacity):
+        return f"cell {int(np.argmax(tokens > cluster.capacity))} is over the capacity"
+    m = cluster.max_samples_per_cell
+    if m is not None and np.any(count > m):
+        return f"cell {int(np.argmax(count > m))} holds more than m={m} samples"
+    return None
+
+
+def greedy_seconds(instance: Instance, num_rows: int, num_ranks: int) -> float:
+    """Rough wall time of :func:`greedy_layout` (about 1.2e8 rank-load updates a second)."""
+    window = instance.window
+    pairs = num_rows * instance.cluster.edp
+    return window.num_samples * (pairs * window.num_layers * num_ranks / 1.2e8 + 3e-5)
+
+
+def greedy_layout(instance: Instance, num_rows: int, demand_by_rank: np.ndarray, eps: float = 1e-6) -> Layout | None:
+    """Expert-aware greedy layout, or None when it cannot place every sample.
+
+    Samples go in decreasing stand-alone cost sum_s n_s(alpha_s T_i + beta_s Q_i) +
+    gamma sum_l max_p dem[i,l,p]; each to the feasible cell (capacity, m, and once the
+    samples left equal the empty cells, an empty cell) minimising the increase of
+    sum_r max_g J + eps * sum J of the partial layout. Every cell's new J is computed at
+    once: the shard's attention max only grows, max(old max, cell + sample), and the
+    shard's expert cost is evaluated for all (row, shard) pairs in one array operation.
+    """
+    from ..cost import sample_attention, stage_work
+
+    window, cluster, cost = instance.window, instance.cluster, instance.cost
+    n, num_layers, num_ranks = demand_by_rank.shape
+    slots, shards = cluster.dp, cluster.edp
+    per_shard = slots // shards
+    cells = num_rows * slots
+    if cells > n:
+        return None
+    pairs = num_rows * shards
+    pair_of_cell = (np.arange(cells) // slots) * shards + (np.arange(cells) % slots) // per_shard
+    row_of_pair = np.arange(pairs) // shards
+    work = stage_work(window, cost)                                       # [S, N]
+    layers = cost.layers
+    expert_alone = cost.gamma * demand_by_rank.max(axis=2).sum(axis=1)
+    order = np.argsort(-(sample_attention(window, cost) + expert_alone), kind="stable")
+
+    cell_work = np.zeros((work.shape[0], cells))                         # [S, cells]
+    stage_max = np.zeros((work.shape[0], pairs))                         # [S, pairs]
+    tokens = np.zeros(cells, dtype=np.int64)
+    count = np.zeros(cells, dtype=np.int64)
+    # rank-major [pairs, P, L]: the max over p is an elementwise max of P contiguous rows
+    dem = np.ascontiguousarray(demand_by_rank.transpose(0, 2, 1), dtype=np.int32)
+    loads = np.zeros((pairs, num_ranks, num_layers), dtype=np.int32)     # W[pair, p, l]
+    attn = np.zeros(pairs)
+    expert = np.zeros(pairs)
+    limit = cluster.max_samples_per_cell or n
+    cell_of = np.empty(n, dtype=np.int64)
+    empty = cells
+    for left, i in zip(range(n, 0, -1), order):
+        ok = (tokens + window.lengths[i] <= cluster.capacity) & (count < limit)
+        if left <= empty:
+            ok &= count == 0
+        if not ok.any():
+            return None
+        # attention of every cell's shard if i joins that cell (the shard max only grows)
+        joined = np.maximum(stage_max[:, pair_of_cell], cell_work + work[:, i:i + 1])
+        new_attn = layers @ joined                                          # [cells]
+        new_expert = cost.gamma * (loads + dem[i]).max(axis=1).sum(axis=1)  # [pairs]
+        joint = attn + expert
+        row_max = joint.reshape(num_rows, shards).max(axis=1)[row_of_pair[pair_of_cell]]
+        new_joint = new_attn + new_expert[pair_of_cell]
+        rise = np.maximum(row_max, new_joint) - row_max + eps * (new_joint - joint[pair_of_cell])
+        c = int(np.argmin(np.where(ok, rise, np.inf)))
+        cell_of[i] = c
+        empty -= count[c] == 0
+        count[c] += 1
+        tokens[c] += window.lengths[i]
+        cell_work[:, c] += work[:, i]
+        p = pair_of_cell[c]
+        stage_max[:, p] = np.maximum(stage_max[:, p], cell_work[:, c])
+        loads[p] += dem[i]
+        attn[p] = new_attn[c]
+        expert[p] = new_expert[p]
+    return Layout(cell_of, num_rows, slots)
+
+
+def seed_layouts(instance: Instance, num_rows: int, demand_by_rank: np.ndarray, witness: Layout | None = None,
+                 rules=("witness", "ffd", "kk", "greedy")) -> dict[str, Layout]:
+    """Valid starting layouts by name (rules that fail or break a constraint are left out).
+
+    Parameters
+    ----------
+    instance
+        The window.
+    num_rows
+        R*; every layout returned has exactly this many rows, all R*·D cells non-empty.
+    demand_by_rank
+        ``rank_demand(window, placement)`` [N, L, P] for the expert-aware greedy.
+    witness
+        The certifier's witness layout, when known.
+    rules
+        Which rules to run, in order.
+    """
+    from .baseline import pack
+
+    out: dict[str, Layout] = {}
+    for rule in rules:
+        layout = None
+        try:
+            if rule == "witness":
+                layout = witness
+            elif rule in ("ffd", "kk"):
+                layout, _ = pack(instance, rule, num_rows)
+            elif rule == "greedy":
+                layout = greedy_layout(instance, num_rows, demand_by_rank)
+            else:
+                raise ValueError(f"unknown seed rule {rule!r}")
+        except ValueError:
+            raise
+        except Exception as exc:  # a baseline that cannot fill R* rows raises InputError
+            log.info("seed %s failed: %s", rule, exc)
+            layout = None
+        if layout is None:
+            continue
+        why = layout_violation(instance, layout, num_rows)
+        if why is None:
+            out[rule] = layout
+        else:
+            log.info("seed %s skipped: %s", rule, why)
+    return out

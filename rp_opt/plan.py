@@ -1,0 +1,105 @@
+"""The plan pipeline and the ``auto`` planner.
+
+``plan(instance, solver=...)`` runs any registered planner by name. ``auto`` picks: the
+exact packing (:mod:`rp_opt.packing.exact`) when the window is small enough for the exact
+model to finish within the time limit, warm-started by the heuristic's plan (a MIP start),
+and the heuristic (:mod:`rp_opt.packing.anneal`) otherwise. Its stats say which ran and
+why (``auto_choice``, ``auto_reason``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from .cost import get_objective
+from .errors import require
+from .result import FEASIBLE, OPTIMAL, Result
+from .solvers import get_solver, register_solver
+from .window import Instance
+
+# the exact model has N*R*D assignment booleans; measured (scripts/bench_heuristic.py) to
+# prove small windows (N <= 24, R*D <= 8) within about a second
+EXACT_MAX_BOOLEANS = 400
+
+
+def exact_size(instance: Instance, num_rows: int) -> int:
+    """N * R * D, the assignment booleans of the exact packing model."""
+    return instance.window.num_samples * num_rows * instance.cluster.dp
+
+
+def plan(instance: Instance, solver: str = "auto", *, objective="sync", time_limit: float = 5.0, seed: int = 0,
+         warm_start=None, **options) -> Result:
+    """Plan ``instance`` with the registered planner ``solver``.
+
+    Parameters
+    ----------
+    instance
+        Window, cluster, cost model.
+    solver
+        A registered planner name (``auto``, ``heuristic``, ``exact``, ``baseline``, ...).
+    objective, time_limit, seed, warm_start, options
+        Passed to the planner.
+    """
+    return get_solver(solver)(instance, objective=objective, time_limit=time_limit, seed=seed,
+                              warm_start=warm_start, **options)
+
+
+@register_solver("auto", "exact (heuristic MIP start) when the window is small enough, else the heuristic")
+def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed: int = 0, warm_start=None,
+         placement=None, workers=None, **options) -> Result:
+    """Exact when the window is small enough to finish within ``time_limit`` (warm-started
+    by the heuristic), the heuristic otherwise; the result's stats say which ran and why."""
+    started = time.perf_counter()
+    objective = get_objective(objective)
+    time_limit = 5.0 if time_limit is None else float(time_limit)
+    require(time_limit > 0, "time_limit", f"must be > 0, got {time_limit}")
+    heuristic = get_solver("heuristic")
+    try:
+        exact = get_solver("exact")
+    except Exception:  # the exact solver is not installed in this tree
+        exact = None
+    small_budget = min(1.0, 0.25 * time_limit)
+    # the heuristic runs first in both branches: in the exact branch its plan is the MIP start
+    guess = heuristic(instance, objective=objective, time_limit=time_limit if exact is None else small_budget,
+                      seed=seed, warm_start=warm_start, placement=placement, workers=workers, **options)
+    num_rows = guess.plan.num_rows
+    size = exact_size(instance, num_rows)
+    if exact is None:
+        choice, reason = "heuristic", "the exact solver is not available"
+    elif size > EXACT_MAX_BOOLEANS:
+        choice, reason = "heuristic", f"N*R*D = {size} > {EXACT_MAX_BOOLEANS}: too large for the exact model"
+    else:
+        choice, reason = "exact", f"N*R*D = {size} <= {EXACT_MAX_BOOLEANS}: exact model, heuristic MIP start"
+    if choice == "heuristic":
+        if exact is not None:
+            # use the rest of the budget for the heuristic proper
+            left = time_limit - (time.perf_counter() - started)
+            if left > 0.5:
+                again = heuristic(instance, objective=objective, time_limit=left, seed=seed,
+                                  warm_start=guess.plan, workers=workers, **options)
+                if again.score <= guess.score:
+                    guess = again
+        guess.stats.update(auto_choice=choice, auto_reason=reason)
+        return Result(guess.status, guess.plan, guess.score, guess.bound, time.perf_counter() - started, "auto",
+                      guess.stats)
+    left = max(0.2, time_limit - (time.perf_counter() - started))
+    result = exact(instance, objective=objective, time_limit=left, seed=seed, warm_start=guess.plan,
+                   placement=guess.plan.placement, num_rows=num_rows)
+    stats = dict(result.stats)
+    stats.update(auto_choice=choice, auto_reason=reason, heuristic_score=list(guess.score),
+                 heuristic_seconds=guess.seconds)
+    for key in ("baseline_score", "lower_bound", "placement_bound", "r_star"):
+        if key in guess.stats:
+            stats.setdefault(key, guess.stats[key])
+    if result.plan is None or guess.score < result.score:
+        # the exact model ran out of time without matching the heuristic: keep the heuristic's plan
+        stats["auto_kept"] = "heuristic"
+        return Result(FEASIBLE, guess.plan, guess.score, max(filter(None, [guess.bound, result.bound])),
+                      time.perf_counter() - started, "auto", stats)
+    bound = max(b for b in (result.bound, guess.bound) if b is not None) if (result.bound or guess.bound) else None
+    if bound is not None and result.score:
+        bound = min(bound, result.score[0]) if result.status == OPTIMAL else bound
+    base = stats.get("baseline_score")
+    if base:
+        stats["improvement"] = (base[0] - result.score[0]) / base[0]
+    return Result(result.status, result.plan, result.score, bound, time.perf_counter() - started, "auto", stats)
