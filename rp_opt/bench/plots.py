@@ -135,7 +135,8 @@ def scaling_panels(points: list[dict], path: str) -> str | None:
         ax.set_xlabel(param)
         ax.set_ylabel("plan seconds", color="C0")
         twin = ax.twinx()
-        twin.plot(x, [p["peak_mib"] for p in pts], "s--", color="C1", label="peak MiB")
-        twin.set_ylabel("peak MiB (tracemalloc)", color="C1")
+        key = "peak_mib" if all(p.get("peak_mib") is not None for p in pts) else "rss_mib"
+        twin.plot(x, [p[key] for p in pts], "s--", color="C1", label="MiB")
+        twin.set_ylabel("traced peak MiB" if key == "peak_mib" else "max RSS MiB", color="C1")
         ax.grid(alpha=0.3)
     return _save(fig, plt, path)

@@ -1,0 +1,237 @@
+"""Benchmarks: suites, runner (in-process, process pool, Ray), statistics, report tables,
+plots, and every benchmark script's main() on tiny settings (CI runs them in seconds)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from rp_opt.bench import Task, mean_std, run_tasks, suite, suite_names
+from rp_opt.bench.report import add_gaps, instance_summary, markdown, per_solver_rows
+from rp_opt.bench.stats import block_bootstrap_ci, kendall_tau, pm
+from rp_opt.errors import InputError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_script(name: str):
+    """Import scripts/NAME.py as a module (the scripts are not a package)."""
+    path = os.path.join(ROOT, "scripts", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"script_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------------------------------
+# suites
+# ---------------------------------------------------------------------------------------
+
+def test_suites_have_fixed_seeds_and_the_stated_shapes():
+    assert set(suite_names()) == {"tiny", "small", "medium", "production"}
+    small = suite("small")
+    assert {s.samples for s in small} == {8, 12, 16, 24}
+    assert {s.edp for s in small} == {1, 2} and {(s.dp, s.ep, s.layers, s.experts) for s in small} == {(4, 4, 8, 16)}
+    assert suite("small") == small  # same specs every call
+    prod = suite("production")
+    assert {(s.dp, s.edp, s.ep, s.capacity) for s in prod} == {(64, 8, 8, 32768)}
+    assert {s.model for s in prod} >= {"ling-tiny-like", "ling-flash-like", "deepseek-v3-like", "qwen3-30b-a3b-like"}
+    assert max(s.samples for s in prod) == 8192
+    assert [s.seed for s in suite("tiny", seeds=[5, 6])] == [5, 6]
+    with pytest.raises(InputError):
+        suite("huge")
+
+
+def test_small_spec_builds_deterministically_with_r_star_in_range():
+    """The length scale is searched so that R* lies in [2, 4]; the build is deterministic."""
+    from rp_opt.rows import certify_rows
+
+    spec = suite("small")[0]
+    a = spec.build()
+    b = spec.with_(rows=(2, 4)).build()  # equal spec: cached object
+    assert a is b
+    cert = certify_rows(a.window, a.cluster, 5.0)
+    assert 2 <= cert.r_star <= 4
+    from rp_opt.bench import suites as suites_module
+
+    suites_module._CACHE.clear()
+    again = spec.build()
+    assert np.array_equal(again.window.lengths, a.window.lengths)
+    assert np.array_equal(again.window.demand, a.window.demand)
+
+
+# ---------------------------------------------------------------------------------------
+# runner
+# ---------------------------------------------------------------------------------------
+
+def test_runner_checks_every_plan_and_exact_closes_the_tiny_gap():
+    specs = suite("tiny")[:1]
+    tasks = [Task(s, name, time_limit=5.0, threads=1) for s in specs for name in ("baseline", "kk", "exact")]
+    records = run_tasks(tasks)
+    assert [r["solver"] for r in records] == ["baseline", "kk", "exact"]
+    for rec in records:
+        assert rec["valid"] and rec["check_agrees"], rec
+        assert rec["bound"] <= rec["score"] * (1 + 1e-9)
+    info = instance_summary(records)[specs[0].name]
+    exact = records[2]
+    assert exact["status"] == "optimal" and exact["primary_proven"]
+    assert info["optimal"] and info["best"] == pytest.approx(exact["score"])
+    # no valid plan may beat a proven bound of the same packing problem
+    assert all(r["score"] >= info["bound"] * (1 - 1e-6) for r in records if r["solver"] == "exact")
+
+
+def test_runner_records_errors_instead_of_raising():
+    spec = suite("tiny")[0]
+    rec = run_tasks([Task(spec, "exact", options={"no_such_option": 1})])[0]
+    assert rec["status"] == "error" and "no_such_option" in rec["error"] and rec["valid"] is False
+
+
+def test_process_pool_gives_the_same_records_as_in_process():
+    specs = suite("tiny")
+    tasks = [Task(s, name) for s in specs for name in ("baseline", "kk")]
+    here = run_tasks(tasks, workers=1)
+    pool = run_tasks(tasks, workers=2)
+    assert [(r["instance"], r["solver"], r["score"]) for r in here] == [(r["instance"], r["solver"], r["score"]) for r in pool]
+
+
+def test_ray_local_mode():
+    ray = pytest.importorskip("ray", reason="ray is an optional extra (pip install 'rp-opt[ray]')")
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        tasks = [Task(s, "baseline") for s in suite("tiny")]
+        records = run_tasks(tasks, ray_address="local")
+    finally:
+        ray.shutdown()
+    local = run_tasks(tasks)
+    assert [r["score"] for r in records] == [r["score"] for r in local]
+    assert all(r["valid"] for r in records)
+
+
+# ---------------------------------------------------------------------------------------
+# statistics and tables
+# ---------------------------------------------------------------------------------------
+
+def test_mean_std_and_pm():
+    assert mean_std([1.0, 2.0, 3.0]) == (2.0, 1.0, 3)
+    assert mean_std([None, 4.0]) == (4.0, 0.0, 1)
+    assert pm([1.0, 3.0]) == "2.00 ± 1.41"
+    assert pm([]) == "-"
+
+
+def test_block_bootstrap_interval():
+    """Constant series: a point interval. A series: the interval holds its mean, is
+    deterministic for a seed, and longer blocks on a trending series widen it."""
+    assert block_bootstrap_ci([2.0] * 10) == (2.0, 2.0, 2.0)
+    rng = np.random.default_rng(0)
+    x = rng.normal(5.0, 1.0, 40)
+    est, low, high = block_bootstrap_ci(x, block=4, seed=1)
+    assert low < est < high and est == pytest.approx(x.mean())
+    assert block_bootstrap_ci(x, block=4, seed=1) == (est, low, high)
+    trend = np.repeat([0.0, 10.0], 20)  # strongly dependent: neighbours are equal
+    _, l1, h1 = block_bootstrap_ci(trend, block=1, seed=0)
+    _, l8, h8 = block_bootstrap_ci(trend, block=8, seed=0)
+    assert h8 - l8 > h1 - l1
+
+
+def test_kendall_tau_hand_cases():
+    assert kendall_tau([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert kendall_tau([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+
+
+def test_gap_tables_from_hand_records():
+    """Instance a: bounds 90 (x) and 95 (y), scores 100 (x) and 95 (y, proven) -> best bound 95,
+    optimal; x's gap to the bound is 5/95."""
+    recs = [
+        {"instance": "a", "config": "c", "solver": "x", "valid": True, "score": 100.0, "bound": 90.0, "seconds": 1.0},
+        {"instance": "a", "config": "c", "solver": "y", "valid": True, "score": 95.0, "bound": 95.0, "seconds": 2.0,
+         "primary_proven": True},
+        {"instance": "b", "config": "c", "solver": "x", "valid": False, "score": 1.0, "bound": 0.5, "seconds": 0.1},
+    ]
+    summary = add_gaps(recs)
+    assert summary["a"]["bound"] == 95.0 and summary["a"]["best"] == 95.0 and summary["a"]["optimal"]
+    assert recs[0]["gap_bound"] == pytest.approx(100 * 5 / 95)
+    assert recs[1]["gap_bound"] == 0.0
+    assert summary["b"]["best"] is None and recs[2]["gap_bound"] is None  # invalid plans do not count
+    headers, rows = per_solver_rows(recs)
+    x = rows[[r[0] for r in rows].index("x")]
+    assert x[1:3] == [2, 1]  # runs, valid
+    text = markdown(headers, rows)
+    assert text.count("\n") == len(rows) + 1
+
+
+def test_plots_skip_without_matplotlib(monkeypatch, tmp_path):
+    from rp_opt.bench import plots
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert plots.pyplot() is None
+    recs = [{"solver": "x", "valid": True, "gap_bound": 1.0}]
+    assert plots.gap_distribution(recs, str(tmp_path / "g.png")) is None
+    assert not (tmp_path / "g.png").exists()
+
+
+# ---------------------------------------------------------------------------------------
+# scripts and the CLI (tiny settings)
+# ---------------------------------------------------------------------------------------
+
+def test_bench_gap_script(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = load_script("bench_gap").main(["--suite", "tiny", "--limit", "1", "--time-limit", "1",
+                                        "--solvers", "baseline,lpt-ffd,exact", "--out", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "Per instance (tiny)" in text and "exact" in text
+    data = json.loads((out / "gap_tiny.json").read_text())
+    assert len(data["records"]) == 3 and all(r["valid"] for r in data["records"])
+    assert "| instance |" in (out / "gap_tiny.md").read_text()
+    if importlib.util.find_spec("matplotlib"):
+        assert (out / "img" / "gap_tiny.png").stat().st_size > 0
+
+
+def test_bench_prod_script(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert load_script("bench_prod").main(["--quick", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "Gain split" in text and "LPT+heuristic" in text
+    data = json.loads((out / "prod_tiny.json").read_text())
+    labels = {r["solver"] for r in data["records"]}
+    assert labels == {"identity+ffd", "identity+kk", "LPT+ffd", "LPT+heuristic", "LPT+exact"}
+    assert all(r["valid"] for r in data["records"])
+    if importlib.util.find_spec("matplotlib"):
+        assert list((out / "img").glob("heatmap_*.png"))
+
+
+def test_bench_scaling_script(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert load_script("bench_scaling").main(["--quick", "--in-process", "--params", "N", "--out", str(out)]) == 0
+    data = json.loads((out / "scaling_quick.json").read_text())
+    assert [p["N"] for p in data["points"]] == [16, 32]
+    assert all(p["valid"] and p["seconds"] > 0 for p in data["points"])
+
+
+@pytest.mark.parametrize("name", ["question_objective", "question_replay_lag", "question_control",
+                                  "question_sensitivity"])
+def test_question_scripts(name, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert load_script(name).main(["--quick", "--out", str(out)]) == 0
+    data = json.loads((out / f"{name}.json").read_text())
+    assert data["points"]
+    if name == "question_objective":
+        # with G = 1 both objectives are the same: planning with either gives the same plan cost
+        assert all(abs(p["sync_regret"]) < 1e-9 for p in data["points"] if p["G"] == 1)
+    if name == "question_sensitivity":
+        own = [p for p in data["points"] if p["a"] == 1.0 and p["b"] == 1.0]
+        assert all(p["regret"] == 0 and p["tau"] == pytest.approx(1.0) for p in own)
+
+
+def test_cli_bench_json(capsys):
+    from rp_opt.cli import main
+
+    assert main(["bench", "tiny", "--limit", "1", "--solvers", "baseline,kk", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["solver"] for r in data["records"]] == ["baseline", "kk"]
+    assert main(["bench", "nope"]) == 2
