@@ -21,14 +21,14 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from rp_opt.bench.gap import add_arguments, emit, run_gap  # noqa: E402
+from rp_opt.bench.report import add_output_arguments  # noqa: E402
 from rp_opt.errors import InputError  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print records as JSON")
-    parser.add_argument("--out", metavar="DIR", help="write gap_SUITE.md / .json and img/gap_SUITE.png here")
+    add_output_arguments(parser, "gap_SUITE")
     args = parser.parse_args(argv)
     try:
         result = run_gap(args)

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from rp_opt.bench.gap import machine  # noqa: E402
-from rp_opt.bench.report import print_tables, write_outputs  # noqa: E402
+from rp_opt.bench.report import add_output_arguments, image_path, print_tables, write_outputs  # noqa: E402
 from rp_opt.bench.runner import Task, run_tasks, strip_private  # noqa: E402
 from rp_opt.bench.suites import suite  # noqa: E402
 from rp_opt.errors import InputError, require  # noqa: E402
@@ -89,7 +89,7 @@ def _cell(value, base):
     return f"{value:.4g} ({pct(value, base):+.2f}%)"
 
 
-def heatmap(records: list[dict], out_dir: str) -> str | None:
+def heatmap(records: list[dict], args) -> str | None:
     """Rank-load heat map of the first instance: identity+ffd against LPT+heuristic."""
     from rp_opt.bench.plots import load_heatmap
 
@@ -101,7 +101,7 @@ def heatmap(records: list[dict], out_dir: str) -> str | None:
     instance = spec.build()
     chosen = {k: plans[k] for k in ("identity+ffd", "LPT+ffd", "LPT+heuristic") if k in plans}
     slug = first.replace("/", "-")
-    return load_heatmap(instance, chosen, os.path.join(out_dir, "img", f"heatmap_{slug}.png"),
+    return load_heatmap(instance, chosen, image_path(args, f"heatmap_{slug}"),
                         title=f"{first}: per-row per-rank expert load (max over layers)")
 
 
@@ -117,8 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1, help="threads per heuristic / exact run")
     parser.add_argument("--ray", metavar="ADDRESS", default=None)
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--out", metavar="DIR", help="write prod_SUITE.md / .json and img/heatmap_*.png here")
+    add_output_arguments(parser, "prod_SUITE")
     args = parser.parse_args(argv)
     if args.quick:
         args.suite, args.time_limit = "tiny", min(args.time_limit, 1.0)
@@ -153,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         write_outputs(args.out, name, tables, {"meta": meta, "records": strip_private(records)},
                       f"Measured {meta['date']} on {meta['machine']}; wall {wall:.0f} s; heuristic/exact "
                       f"limit {args.time_limit} s, {args.threads} thread(s).")
-        heatmap(records, args.out)
+        heatmap(records, args)
     if args.json:
         from rp_opt.commands._common import emit_json
         emit_json({"meta": meta, "records": strip_private(records)})

@@ -25,7 +25,7 @@ import multiprocessing as mp
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from rp_opt.bench.gap import machine  # noqa: E402
-from rp_opt.bench.report import print_tables, write_outputs  # noqa: E402
+from rp_opt.bench.report import add_output_arguments, image_path, print_tables, write_outputs  # noqa: E402
 from rp_opt.bench.suites import InstanceSpec  # noqa: E402
 
 BASE = dict(model="ling-tiny-like", samples=1024, dp=16, edp=2, ep=8, capacity=32768, layers=8, experts=64)
@@ -84,8 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tracemalloc", action="store_true", help="also run each point under tracemalloc (peak)")
     parser.add_argument("--quick", action="store_true", help="two tiny points per parameter (CI)")
     parser.add_argument("--in-process", action="store_true", help="no subprocess per point (memory figures then mix points)")
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--out", metavar="DIR", help="write scaling.md / .json and img/scaling.png here")
+    add_output_arguments(parser, "scaling")
     args = parser.parse_args(argv)
     base, sweep = (QUICK_BASE, QUICK_SWEEP) if args.quick else (BASE, SWEEP)
     params = [p.strip() for p in args.params.split(",") if p.strip() in sweep]
@@ -124,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         write_outputs(args.out, name, tables, {"meta": meta, "points": points},
                       f"Measured {meta['date']} on {meta['machine']}; schedule {options}.")
         from rp_opt.bench.plots import scaling_panels
-        scaling_panels(points, os.path.join(args.out, "img", f"{name}.png"))
+        scaling_panels(points, image_path(args, name))
     if args.json:
         from rp_opt.commands._common import emit_json
         emit_json({"meta": meta, "points": points})

@@ -12,7 +12,7 @@ import time
 from datetime import datetime, timezone
 
 from ..errors import InputError, require
-from .report import add_gaps, per_instance_rows, per_solver_rows, print_tables, write_outputs
+from .report import image_path, add_gaps, per_instance_rows, per_solver_rows, print_tables, write_outputs
 from .runner import Task, run_tasks
 from .suites import suite
 
@@ -95,7 +95,7 @@ def emit(result: dict, args, name: str) -> None:
                     f"{meta['threads']} thread(s) per run.")
         write_outputs(args.out, name, result["tables"], {"meta": meta, "records": result["records"],
                                                          "instances": result["instances"]}, preamble)
-        gap_plot(result["records"], os.path.join(args.out, "img", f"{name}.png"))
+        gap_plot(result["records"], image_path(args, name))
     if getattr(args, "json", False):
         emit_json({"meta": meta, "records": result["records"], "instances": result["instances"]})
     else:

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from ..check import check_plan
 from ..errors import InputError
 from .gap import machine
-from .report import print_tables, write_outputs
+from .report import add_output_arguments, image_path, print_tables, write_outputs
 from .suites import InstanceSpec
 
 # the window the questions study: medium-sized, 8 DP slots (G = 1, 2, 4, 8 all divide D)
@@ -58,8 +58,7 @@ def parser(doc: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="one tiny seed (CI)")
     p.add_argument("--seeds", type=int, default=None, help="number of seeds / steps")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--out", metavar="DIR", help="write tables (.md, .json) and img/*.png here")
+    add_output_arguments(p, "question_*")
     return p
 
 
@@ -77,4 +76,4 @@ def finish(args, name: str, tables: dict, data: dict, note: str = "") -> None:
 
 
 def img_path(args, name: str) -> str | None:
-    return os.path.join(args.out, "img", f"{name}.png") if args.out else None
+    return image_path(args, name)

@@ -141,6 +141,23 @@ def write_outputs(out_dir: str, name: str, tables: dict[str, tuple[list[str], li
     return md_path
 
 
+def image_path(args, name: str) -> str | None:
+    """Where a script writes picture ``name``: ``--img DIR`` when given, else ``OUT/img``
+    (None without ``--out``)."""
+    img = getattr(args, "img", None)
+    if img:
+        return os.path.join(img, f"{name}.png")
+    out = getattr(args, "out", None)
+    return os.path.join(out, "img", f"{name}.png") if out else None
+
+
+def add_output_arguments(parser, name: str) -> None:
+    """``--json``, ``--out DIR`` and ``--img DIR``."""
+    parser.add_argument("--json", action="store_true", help="print the data as JSON")
+    parser.add_argument("--out", metavar="DIR", help=f"write {name}.md (tables) and {name}.json here")
+    parser.add_argument("--img", metavar="DIR", help="write pictures here (default OUT/img)")
+
+
 def print_tables(tables: dict[str, tuple[list[str], list[list]]], file=None) -> None:
     for title, (headers, rows) in tables.items():
         print(f"\n{title}\n", file=file)

@@ -19,6 +19,7 @@ def register(sub) -> None:
     p.add_argument("--ray", metavar="ADDRESS", default=None, help="run on Ray ('local' or a cluster address)")
     p.add_argument("--limit", type=int, default=None, help="only the first LIMIT instances")
     p.add_argument("--out", metavar="DIR", help="write bench_SUITE.md / .json (and a gap plot) here")
+    p.add_argument("--img", metavar="DIR", help="write the gap plot here (default OUT/img)")
     p.add_argument("--progress", action="store_true", help="show the progress bar even when stderr is not a terminal")
     add_json(p)
     p.set_defaults(run=run)
