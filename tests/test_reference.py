@@ -122,3 +122,49 @@ def test_a_wrong_map_changes_the_gradients(recorded):
         layer.log2phy.copy_(torch.arange(EXPERTS))
     loss1, _ = train_step(model, samples, [[i] for i in range(N)])
     assert abs(loss1 - loss0) > 1e-9
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_expert_parallel_simulation_with_gloo(recorded, tmp_path):
+    """2 processes (gloo) = 2 EP ranks = 2 DP slots: the migration's transfers run as
+    point-to-point rounds, tokens meet their experts across processes, and loss, every
+    gradient (replicated ones after the DP all-reduce, expert ones on the owning rank) and
+    the routing equal the single-process unplanned step."""
+    import torch.multiprocessing as mp
+
+    from rp_opt.reference.distributed import run_rank
+
+    samples, base, loss0, routing0, grads0 = recorded
+    step = _plan(routing0)
+    assert step.migration.num_transfers > 0
+    arrays = export_arrays(step.plan, previous_phy2log=np.tile(np.arange(EXPERTS), (LAYERS, 1)))
+    payload = {
+        "model": {"layers": LAYERS, "num_experts": EXPERTS, "top_k": TOP_K, "seed": 3},
+        "samples": [s.numpy() for s in samples], "rows": step.rows,
+        "transfers": [tuple(t) for t in step.migration.transfers], "rounds": [list(r) for r in step.migration.rounds],
+        "log2phy": arrays["log2phy"],
+    }
+    mp.spawn(run_rank, args=(2, _free_port(), payload, str(tmp_path)), nprocs=2, join=True)
+    results = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    seen = set()
+    for res in results:
+        assert res["loss"] == pytest.approx(loss0, rel=1e-12)
+        for name, grad in res["replicated"].items():
+            assert torch.allclose(grad, grads0[name], rtol=1e-10, atol=1e-12), name
+        for key, (grad, weight) in res["experts"].items():
+            _, l, n, e = key.split(".")
+            l, e = int(l), int(e)
+            assert torch.equal(weight, getattr(base.moe[l], n)[e].detach()), f"{key} was not materialised"
+            assert torch.allclose(grad, grads0[f"moe.{l}.{n}"][e], rtol=1e-10, atol=1e-12), key
+            seen.add((l, e))
+        for i, r in res["routing"].items():
+            assert np.array_equal(r, routing0[i])
+    assert seen == {(l, e) for l in range(LAYERS) for e in range(EXPERTS)}
+    assert sorted(i for res in results for i in res["routing"]) == list(range(N))
