@@ -63,7 +63,8 @@ class StepPlan:
     migration
         :class:`rp_opt.materialise.MigrationPlan` from the placement in force to ``plan.placement``.
     timings
-        Seconds per phase: ``replay``, ``certify``, ``solve``, ``migrate``, ``total``.
+        Seconds per phase: ``replay``, ``certify``, ``warm_start`` (placement seed and
+        warm-start plan), ``solve``, ``migrate``, and ``total``.
     warm_start
         ``"layout"`` (previous placement and layout), ``"placement"`` (previous placement
         with the certificate's layout) or None.
@@ -335,7 +336,9 @@ class Planner:
         certificate = self._certify(window)
         timings["certify"] = time.perf_counter() - t
 
+        t = time.perf_counter()
         warm, seed_placement, warm_kind = self._warm_start(instance, certificate)
+        timings["warm_start"] = time.perf_counter() - t
         name = self.solver_name
         from .solvers import get_solver
 

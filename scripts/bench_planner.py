@@ -5,7 +5,7 @@ slots, G = 8 EDP shards, P = 8 EP ranks, C = 32768 tokens, N = 1024 .. 8192 samp
 (rp_opt.synth). For every N, two consecutive steps are planned: step 0 cold, step 1 on the
 same samples with routing drifted by one policy update (the previous layout is a valid
 warm start). Reported per step: wall time of each phase (replay = validating the counts,
-certify = R*, solve, migrate), the score against identity placement + FFD packing (what
+certify = R*, warm_start = placement seed and warm-start plan, solve, migrate), the score against identity placement + FFD packing (what
 AReaL runs), the bound and gap, and the experts moved.
 
 Also measures the routing-replay adapter on per-sample ids [T_i, L, k] (tokens per second).
@@ -85,6 +85,20 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(out, handle, indent=1)
+    print(markdown(out["rows"]))
+
+
+def markdown(rows: list[dict]) -> str:
+    """The table of docs/trainer.md."""
+    keys = ("replay", "certify", "warm_start", "solve", "migrate", "total")
+    lines = ["| N | limit (s) | step | warm start | R* | " + " | ".join(keys) + " | vs identity+FFD | gap | experts moved |",
+             "|" + "---|" * (8 + len(keys))]
+    for r in rows:
+        t = r["timings"]
+        lines.append(f"| {r['N']} | {r['limit']:g} | {r['step']} | {r['warm_start'] or 'none'} | {r['r_star']} | "
+                     + " | ".join(f"{t.get(k, 0.0):.2f}" for k in keys)
+                     + f" | {-100 * r['improvement']:+.1f} % | {100 * r['gap']:.1f} % | {r['moved']} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

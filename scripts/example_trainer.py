@@ -10,7 +10,7 @@ from rp_opt.export import physical_maps
 
 L, E, K = 4, 32, 4                                   # MoE layers, experts per layer, top-k
 cluster = Cluster(dp=4, edp=2, ep=4, capacity=4096)  # D slots, G EDP shards, P EP ranks, C tokens
-planner = Planner(cluster, "ling-tiny-like", objective="sync", mode="auto", time_limit=2.0, seed=0)
+planner = Planner(cluster, "ling-tiny-like", objective="sync", mode="auto", time_limit=1.0, seed=0)
 
 
 def rollout(step: int, num_samples: int = 64) -> list[np.ndarray]:
