@@ -303,3 +303,78 @@ def test_local_search_placement_on_window():
     window = tiny_window(np.array([[10, 9, 8, 7, 6, 2]] * 2))
     placement = local_search_placement(window, 2)
     assert rank_load(window, placement).max(axis=1).tolist() == [21, 21]
+
+
+# ---------------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------------
+
+def _cli_instance(tmp_path):
+    from rp_opt.io import save_instance
+
+    rng = np.random.default_rng(11)
+    demand = rng.integers(0, 20, size=(8, 3, 6)) * rng.integers(1, 4, size=(1, 1, 6))
+    instance = tiny_instance(demand, ep=2, dp=4, edp=2)
+    path = tmp_path / "w.npz"
+    save_instance(path, instance)
+    return instance, str(path)
+
+
+def _run_cli(argv, capsys):
+    from rp_opt.cli import main
+
+    code = main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_place_exact_json(tmp_path, capsys):
+    """--json holds a balanced placement whose per-layer max equals rp_opt.cost, with
+    bound <= max_load, and a migration plan that reproduces it from identity."""
+    instance, path = _cli_instance(tmp_path)
+    code, out, _ = _run_cli(["place", path, "--method", "exact", "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    placement = Placement(np.array(data["placement"]), 2)
+    assert rank_load(instance.window, placement).max(axis=1).tolist() == data["max_load"]
+    assert all(b <= m for b, m in zip(data["bound"], data["max_load"]))
+    assert data["status"] in ("optimal", "feasible")
+    lpt = lpt_placement(instance.window, 2)
+    assert all(m <= x for m, x in zip(data["max_load"], rank_load(instance.window, lpt).max(axis=1)))
+    assert data["migration"]["transfers"] + data["migration"]["kept"] == 3 * 6
+
+
+def test_cli_place_methods_text_and_output_plan(tmp_path, capsys):
+    """Text tables for every method; -o writes a plan the checker accepts."""
+    from rp_opt.io import load_plan
+
+    instance, path = _cli_instance(tmp_path)
+    for method in ("identity", "lpt", "local"):
+        code, out, _ = _run_cli(["place", path, "--method", method], capsys)
+        assert code == 0 and "migration:" in out and "max after" in out
+    plan_path = str(tmp_path / "p.json")
+    code, out, _ = _run_cli(["place", path, "--method", "exact", "-o", plan_path], capsys)
+    assert code == 0
+    plan = load_plan(plan_path, instance)
+    report = check_plan(instance, plan.placement.to_list(), plan.layout.to_rows(), "sync")
+    assert report.valid and report.score == pytest.approx(plan.score)
+    # migration from that plan with zero tolerance: the placement is already optimal, nothing moves
+    code, out, _ = _run_cli(["place", path, "--objective", "migration", "--current", plan_path, "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["migration"]["transfers"] == 0 and data["value"] == [0.0, 0.0, 0.0]
+    # rows objective with the plan's layout: value is sum_{r,g} max_p W of each layer
+    code, out, _ = _run_cli(["place", path, "--objective", "rows", "--current", plan_path, "--json"], capsys)
+    data = json.loads(out)
+    new = Placement(np.array(data["placement"]), 2)
+    w = layout_costs(instance, new, plan.layout).rank_load.max(axis=3).sum(axis=(0, 1))
+    assert code == 0 and w.tolist() == pytest.approx(data["value"])
+
+
+def test_cli_place_bad_input_exits_2(tmp_path, capsys):
+    _, path = _cli_instance(tmp_path)
+    code, _, err = _run_cli(["place", path, "--objective", "nope"], capsys)
+    assert code == 2 and "objective" in err
+    code, _, err = _run_cli(["place", path, "--time-limit", "0"], capsys)
+    assert code == 2 and "--time-limit" in err
+    code, _, err = _run_cli(["place", path, "--current", str(tmp_path / "missing.json")], capsys)
+    assert code == 2 and "--current" in err

@@ -99,9 +99,9 @@ def _status(value: float, bound: float, mip_gap: float) -> str:
 
 
 def solve_layer(problem: LayerProblem, objective="aggregate", *, time_limit: float = 10.0,
-                mip_gap: float = 1e-4, warm_start: np.ndarray | None = None,
+                mip_gap: float = 1e-3, warm_start: np.ndarray | None = None,
                 backend: str = "highs", tolerance: float = 0.0, threads: int | None = None,
-                prove_with_bound: bool = True) -> LayerResult:
+                prove_with_bound: bool = True, polish: bool | None = None) -> LayerResult:
     """Solve one layer's placement exactly (or to ``mip_gap`` within ``time_limit``).
 
     Parameters
@@ -126,6 +126,10 @@ def solve_layer(problem: LayerProblem, objective="aggregate", *, time_limit: flo
     prove_with_bound
         Return the warm start without building a model when the analytic bound already
         proves it (default). False always runs the solver (tests of the model itself).
+    polish
+        Improve the warm start by swap local search on the aggregate load (default: for
+        ``aggregate`` only, and not for a given ``warm_start`` when ``prove_with_bound`` is
+        False, so tests can start the solver from plain LPT).
 
     Returns
     -------
@@ -155,8 +159,14 @@ def solve_layer(problem: LayerProblem, objective="aggregate", *, time_limit: flo
             warm_start = _relabel_towards(problem.current, agg.ranks, problem.num_ranks)
 
     load = problem.load
+    if polish is None:
+        polish = obj.name == "aggregate" and (prove_with_bound or warm_start is None)
     if warm_start is None:
-        warm_start = local_search_ranks(load[None, :], lpt_ranks(load[None, :], problem.num_ranks), problem.num_ranks)[0]
+        warm_start = lpt_ranks(load[None, :], problem.num_ranks)[0]
+    if polish:
+        # the cheap "max" search, then the all-pairs search: one layer, O(E^2) per sweep
+        warm_start = local_search_ranks(load[None, :], np.asarray(warm_start)[None, :], problem.num_ranks)[0]
+        warm_start = local_search_ranks(load[None, :], warm_start[None, :], problem.num_ranks, moves="all")[0]
     warm = np.asarray(warm_start, dtype=np.int64)
     require(warm.shape == load.shape, "warm_start", f"must have shape {load.shape}, got {warm.shape}")
     require(bool(np.all(np.bincount(warm, minlength=problem.num_ranks) == problem.per_rank)), "warm_start",
@@ -224,6 +234,8 @@ def _solve_highs(problem, obj, order, warm, warm_value, time_limit, mip_gap):
     _warm_aux(m, problem, obj, warm, warm_value)
 
     opt = Highs()
+    # HiGHS's own log goes to a pyomo logger; at DEBUG it shows only with -vv
+    opt.config.log_level = logging.DEBUG
     opt.config.load_solution = False
     opt.config.warmstart = True
     if time_limit is not None:
@@ -351,7 +363,7 @@ def cell_loads(window: Window, layout: Layout, num_shards: int, layer: int) -> n
 
 def exact_placement(data, num_ranks: int | None = None, objective="aggregate", *,
                     current: Placement | None = None, layout: Layout | None = None,
-                    num_shards: int | None = None, time_limit: float = 10.0, mip_gap: float = 1e-4,
+                    num_shards: int | None = None, time_limit: float = 10.0, mip_gap: float = 1e-3,
                     tolerance: float = 0.0, backend: str = "highs", warm_start: Placement | None = None,
                     threads: int | None = None, callback=None) -> PlacementResult:
     """Solve every layer's placement with :func:`solve_layer`.
