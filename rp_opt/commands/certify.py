@@ -1,0 +1,100 @@
+"""``rp-opt certify``: the certified minimum row count R* of a window (or a BPPLIB file)."""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+
+import numpy as np
+
+from ..errors import InputError, require
+from ..result import INFEASIBLE, OPTIMAL
+from ._common import add_json, emit_json, table
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "certify", help="prove the minimum row count R* of a window (or the optimum of a BPPLIB file)",
+        description="Certify R*, the least number of rows of a layout: lower bounds (L1, L2, "
+                    "cardinality, arc-flow LP), heuristic packings (FFD, BFD, MBS) and an exact "
+                    "search (arc-flow MIP with HiGHS, CP-SAT). Exit code 0 when proven, 1 when "
+                    "infeasible or not closed in time, 2 on bad input.")
+    parser.add_argument("file", nargs="?", help="instance .npz (rp-opt-window/1); default: the embedded instance")
+    parser.add_argument("--bpp", metavar="FILE.txt", help="a BPPLIB bin-packing file instead (D = 1); reports bins")
+    parser.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="seconds (default 10)")
+    parser.add_argument("--exact", choices=["auto", "arcflow", "cpsat", "highs", "none"], default="auto",
+                        help="exact model for the row-count decision (default auto)")
+    add_json(parser)
+    parser.set_defaults(run=run)
+
+
+def _window_arrays(path: str):
+    """Lengths and cluster of an instance file, without :class:`Instance`'s T_i <= C check
+    (an over-long sample is a finding of the certifier, not bad input)."""
+    from ..io import FORMAT, _cluster_from_meta
+
+    require(os.path.exists(path), "file", f"{path} does not exist")
+    try:
+        archive = np.load(path, allow_pickle=False)
+        names = set(archive.files)
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise InputError("file", f"{path} is not an .npz archive ({type(exc).__name__})") from None
+    with archive:
+        for key in ("lengths", "meta"):
+            require(key in names, key, f"array is missing from {path}")
+        try:
+            meta = json.loads(str(archive["meta"]))
+        except json.JSONDecodeError as exc:
+            raise InputError("meta", f"is not valid JSON ({exc.msg} at position {exc.pos})") from None
+        require(isinstance(meta, dict) and meta.get("format") == FORMAT, "meta.format", f"must be {FORMAT!r}")
+        lengths = np.asarray(archive["lengths"])
+    require(lengths.ndim == 1 and lengths.size >= 1, "lengths", f"must be a non-empty 1-D array, got shape {lengths.shape}")
+    require(lengths.dtype.kind in "iu", "lengths", f"must be integers, got dtype {lengths.dtype}")
+    require(bool(np.all(lengths >= 1)), "lengths", f"holds {int(lengths.min())}; every sample needs >= 1 token")
+    return lengths.astype(np.int64), _cluster_from_meta(meta.get("cluster"))
+
+
+def run(args) -> int:
+    from ..rows import certify_bins, read_bpplib
+
+    require(args.time_limit > 0, "--time-limit", f"must be > 0, got {args.time_limit}")
+    if args.bpp:
+        require(args.file is None, "file", "give either FILE.npz or --bpp FILE.txt, not both")
+        weights, capacity = read_bpplib(args.bpp)
+        cert = certify_bins(weights, capacity, 1, None, args.time_limit, args.exact)
+        data = {"file": args.bpp, "items": int(weights.size), "capacity": capacity,
+                "bins": cert.r_star, "lower_bound": cert.bins_lower, "upper_bound": cert.bins_upper,
+                "status": cert.status, "bound_method": cert.bound_method, "seconds": round(cert.seconds, 4)}
+        if args.json:
+            emit_json(data)
+        else:
+            print(table(["file", "items", "C", "bins", "lower", "upper", "status", "bound", "seconds"],
+                        [[os.path.basename(args.bpp), data["items"], capacity, cert.r_star if cert.r_star is not None else "-",
+                          cert.bins_lower, cert.bins_upper, cert.status, cert.bound_method, round(cert.seconds, 3)]]))
+        return 0 if cert.status == OPTIMAL else 1
+
+    if args.file is None:
+        from ._common import default_instance_path
+
+        args.file = default_instance_path()
+    lengths, cluster = _window_arrays(args.file)
+    cert = certify_bins(lengths, cluster.capacity, cluster.dp, cluster.max_samples_per_cell, args.time_limit, args.exact)
+    if args.json:
+        data = cert.to_dict()
+        data.update(file=args.file, samples=int(lengths.size), dp=cluster.dp, capacity=cluster.capacity,
+                    max_samples_per_cell=cluster.max_samples_per_cell)
+        emit_json(data)
+    else:
+        print(f"{args.file}: N={lengths.size} samples, D={cluster.dp}, C={cluster.capacity}, "
+              f"m={cluster.max_samples_per_cell}")
+        print(table(["status", "R*", "rows lower", "rows upper", "bins lower", "bins upper", "bound", "seconds"],
+                    [[cert.status, cert.r_star if cert.r_star is not None else "-",
+                      cert.lower_bound if cert.lower_bound is not None else "-",
+                      cert.upper_bound if cert.upper_bound is not None else "-",
+                      cert.bins_lower if cert.bins_lower is not None else "-",
+                      cert.bins_upper if cert.bins_upper is not None else "-",
+                      cert.bound_method, round(cert.seconds, 3)]]))
+        if cert.status == INFEASIBLE:
+            print(f"infeasible: {cert.reason}\nfix: {cert.fix}")
+    return 0 if cert.status == OPTIMAL else 1

@@ -1,0 +1,344 @@
+"""Certified minimum row count R* of a window (MODEL.md, "Minimum row count").
+
+A layout of R rows exists iff B_m <= R D <= N, where B_m is the least number of bins of
+capacity C (at most m items each, where m is set) that hold the lengths T_i: a layout is
+such a packing, and a packing into B_m <= R D <= N bins splits into exactly R D non-empty
+bins by moving single items into empty bins (capacity and the item limit are kept). So
+R* = ceil(B_m / D) when ceil(B_m / D) D <= N, and the window is infeasible otherwise; only
+ceil(B_m / D) has to be proven, i.e. the decision "B_m <= K" for K = R D.
+
+Lower bounds: L1, L2 (Martello-Toth), ceil(N / m), the certified arc-flow LP bound, and the
+bound of an exact search (arc-flow MIP with HiGHS, or the CP-SAT decision model). Upper
+bounds: FFD and BFD, then the exact search's packings. Every packing is verified before
+it counts.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..result import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL
+from ..solution import Layout
+from ..window import Cluster, Window
+from . import arcflow, bounds, cpsat, heuristics, lns
+
+__all__ = ["RowCertificate", "certify_rows", "certify_bins", "read_bpplib"]
+
+log = logging.getLogger("rp_opt")
+
+# size guards of the exact models (graph cells touched while building; x[i,b] booleans)
+ARCFLOW_MAX_WORK = 60_000_000
+ARCFLOW_MAX_ARCS = 3_000_000
+CPSAT_MAX_VARS = 400_000
+MBS_MAX_ITEMS = 2_000
+
+
+@dataclass(frozen=True)
+class RowCertificate:
+    """Outcome of :func:`certify_rows`.
+
+    Attributes
+    ----------
+    status
+        ``optimal`` (r_star proven), ``feasible`` (a witness, bounds not closed in time),
+        ``infeasible`` (no layout exists; see ``reason`` and ``fix``) or ``no_solution``
+        (bounds not closed and no layout found).
+    r_star
+        R*, when proven.
+    lower_bound, upper_bound
+        Proven bounds on the row count (upper: rows of the witness).
+    bound_method
+        What proved the lower bound: ``L1``, ``L2``, ``cardinality``, ``arc-flow LP``,
+        ``exact search`` (or ``samples`` for an infeasible window).
+    witness
+        A layout with ``upper_bound`` rows, every one of its R D cells non-empty.
+    bins_lower, bins_upper
+        Bounds on B (bins of capacity C, at most m items each).
+    seconds
+        Wall time.
+    reason, fix
+        For an infeasible window: why, and what would make it feasible.
+    stats
+        Per-stage figures (bounds, heuristics, exact-search times).
+    """
+
+    status: str
+    r_star: int | None
+    lower_bound: int | None
+    upper_bound: int | None
+    bound_method: str
+    witness: Layout | None
+    bins_lower: int | None
+    bins_upper: int | None
+    seconds: float
+    reason: str | None = None
+    fix: str | None = None
+    stats: dict = field(default_factory=dict, compare=False)
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (the witness as nested rows[r][d] lists)."""
+        return {
+            "status": self.status, "r_star": self.r_star, "lower_bound": self.lower_bound,
+            "upper_bound": self.upper_bound, "bound_method": self.bound_method,
+            "bins_lower": self.bins_lower, "bins_upper": self.bins_upper,
+            "seconds": round(self.seconds, 6), "reason": self.reason, "fix": self.fix,
+            "stats": self.stats,
+            "witness": None if self.witness is None else self.witness.to_rows(),
+        }
+
+    def summary(self) -> str:
+        if self.status == INFEASIBLE:
+            return f"infeasible: {self.reason}; {self.fix}"
+        if self.status == OPTIMAL:
+            return f"R* = {self.r_star} (proven by {self.bound_method}, {self.seconds:.3f}s)"
+        return (f"{self.status}: {self.lower_bound} <= R* <= {self.upper_bound} "
+                f"(lower bound by {self.bound_method}, {self.seconds:.3f}s)")
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-int(a) // int(b))
+
+
+class _Search:
+    """Bookkeeping of the bin bounds and the best verified packing."""
+
+    def __init__(self, lengths, capacity, max_items):
+        self.lengths, self.capacity, self.max_items = lengths, capacity, max_items
+        self.lower, self.method = 0, "L1"
+        self.upper, self.packing = None, None
+        self.stats: dict = {}
+
+    def raise_lower(self, value: int, method: str) -> None:
+        if value > self.lower:
+            self.lower, self.method = int(value), method
+
+    def offer(self, bin_of, source: str) -> None:
+        """Accept a packing only after verifying capacity and the item limit."""
+        if bin_of is None:
+            return
+        bad = heuristics.packing_violation(self.lengths, bin_of, self.capacity, self.max_items)
+        if bad is not None:
+            log.warning("rows: %s packing rejected: %s", source, bad)
+            return
+        used = int(np.unique(bin_of).size)
+        if self.upper is None or used < self.upper:
+            self.upper, self.packing = used, np.asarray(bin_of, dtype=np.int64)
+            self.stats["upper_source"] = source
+
+
+def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | None = None,
+                 time_limit: float = 10.0, exact: str = "auto") -> RowCertificate:
+    """Certify R* for lengths T, capacity C, D = ``num_slots`` and item limit m.
+
+    Parameters
+    ----------
+    lengths
+        T[N] (positive integers).
+    capacity
+        C.
+    num_slots
+        D; with D = 1, R* is the bin-packing optimum B.
+    max_items
+        m, or None.
+    time_limit
+        Seconds for the whole certification (bounds and heuristics always run).
+    exact
+        ``auto`` (CP-SAT on the arc-flow graph when it is small enough, else the CP-SAT
+        assignment model), ``arcflow`` (the former only), ``cpsat`` (the latter only),
+        ``highs`` (the arc-flow MIP with HiGHS), or ``none`` (bounds and heuristics only).
+    """
+    start = time.perf_counter()
+    deadline = start + float(time_limit)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n, c, d, m = int(lengths.size), int(capacity), int(num_slots), max_items
+    base = dict(seconds=0.0)
+
+    def done(status, r_star, lower_rows, upper_rows, method, witness, bins_lo, bins_hi, reason=None, fix=None, stats=None):
+        return RowCertificate(status, r_star, lower_rows, upper_rows, method, witness, bins_lo, bins_hi,
+                              time.perf_counter() - start, reason, fix, stats or {})
+
+    too_long = np.flatnonzero(lengths > c)
+    if too_long.size:
+        i = int(too_long[0])
+        return done(INFEASIBLE, None, None, None, "samples", None, None, None,
+                    reason=f"sample {i} has {int(lengths[i])} tokens, more than the cell capacity C={c}"
+                           + (f" ({too_long.size} samples are too long)" if too_long.size > 1 else ""),
+                    fix=f"raise the capacity to at least {int(lengths.max())} tokens or truncate/drop the "
+                        f"{too_long.size} longer sample{'s' if too_long.size > 1 else ''}")
+    # largest usable bin count: R D <= N, so K <= floor(N / D) D
+    k_max = (n // d) * d
+    if k_max == 0:
+        return done(INFEASIBLE, None, None, None, "samples", None, None, None,
+                    reason=f"window has {n} samples for {d} cells (one row of D={d} slots); every cell needs a sample",
+                    fix=f"use at most {n} DP slots or add {d - n} samples")
+
+    s = _Search(lengths, c, m)
+    t0 = time.perf_counter()
+    for value, name in ((bounds.l1_bound(lengths, c), "L1"), (bounds.l2_bound(lengths, c), "L2"),
+                        (bounds.cardinality_bound(n, m), "cardinality")):
+        s.raise_lower(value, name)
+    s.stats["bounds"] = {"L1": bounds.l1_bound(lengths, c), "L2": bounds.l2_bound(lengths, c),
+                         "cardinality": bounds.cardinality_bound(n, m), "seconds": time.perf_counter() - t0}
+    t0 = time.perf_counter()
+    s.offer(heuristics.first_fit_decreasing(lengths, c, m), "FFD")
+    s.stats["FFD"] = s.upper
+    s.offer(heuristics.best_fit_decreasing(lengths, c, m), "BFD")
+    s.stats["BFD"] = s.upper
+    if not _closed(s, d, n) and n <= MBS_MAX_ITEMS:
+        s.offer(heuristics.minimum_bin_slack(lengths, c, m), "MBS")
+        s.stats["MBS"] = s.upper
+    s.stats["heuristic_seconds"] = time.perf_counter() - t0
+
+    def closed() -> bool:
+        return _closed(s, d, n)
+
+    def proven_infeasible() -> bool:
+        return _ceil_div(s.lower, d) * d > n
+
+    graph = None
+    if not closed() and not proven_infeasible() and exact in ("auto", "arcflow", "highs"):
+        if arcflow.estimate_work(lengths, c, m) <= ARCFLOW_MAX_WORK:
+            t0 = time.perf_counter()
+            try:
+                graph = arcflow.build_graph(lengths, c, m, max_arcs=ARCFLOW_MAX_ARCS)
+            except arcflow.GraphTooLarge:
+                graph = None
+            s.stats["graph"] = None if graph is None else {"nodes": int(graph.nodes.size), "arcs": graph.num_arcs,
+                                                           "seconds": time.perf_counter() - t0}
+        if graph is not None:
+            lp = arcflow.lp_bound(graph, max(deadline - time.perf_counter(), 0.5))
+            if lp is not None:
+                s.stats["arcflow_lp"] = {"value": lp.value, "bound": lp.bound, "seconds": lp.seconds}
+                s.raise_lower(lp.bound, "arc-flow LP")
+
+    # bin-oriented LNS toward K = ceil(lower / D) D bins (a short share of the time)
+    if not closed() and not proven_infeasible() and s.packing is not None and exact != "none":
+        target = min(_ceil_div(s.lower, d) * d, k_max)
+        left = deadline - time.perf_counter()
+        t0 = time.perf_counter()
+        tries: dict = {}
+        s.offer(lns.reduce_bins(lengths, c, m, s.packing, target, t0 + min(0.15 * left, 2.0), stats=tries), "LNS")
+        s.stats["LNS"] = {"bins": s.upper, "seconds": time.perf_counter() - t0, **tries}
+
+    # exact decision "B <= K" for K = ceil(lower / D) D bins, raising the lower bound on failure
+    while not closed() and not proven_infeasible() and time.perf_counter() < deadline and exact != "none":
+        target = min(_ceil_div(s.lower, d) * d, k_max)
+        left = deadline - time.perf_counter()
+        hint = None
+        if graph is not None and s.packing is not None:
+            hint = arcflow.hint_from_bins(graph, lengths, s.packing)
+        if graph is not None and exact == "highs":
+            res = arcflow.solve_mip(graph, lengths, left, min_bins=s.lower, max_bins=target, hint=hint)
+            s.stats.setdefault("arcflow_mip", []).append({"target": target, "status": res.status, "seconds": res.seconds})
+            s.offer(res.bin_of, "arc-flow MIP")
+            s.raise_lower(res.bound, "exact search")
+            if res.bin_of is None and res.bound <= s.lower and res.status != "Infeasible":
+                break                                    # time limit without progress
+            continue
+        if graph is not None and exact in ("auto", "arcflow"):
+            res = arcflow.cpsat_decide(graph, lengths, target, left, hint=hint)
+            s.stats.setdefault("arcflow_cpsat", []).append({"target": target, "status": res.status, "seconds": res.seconds})
+        elif n * target <= CPSAT_MAX_VARS and exact in ("auto", "cpsat"):
+            res = cpsat.fits_in_bins(lengths, c, target, m, left, hint=s.packing)
+            s.stats.setdefault("cpsat", []).append({"target": target, "status": res.status, "seconds": res.seconds})
+        else:
+            break
+        if res.status == "feasible":
+            before = s.upper
+            s.offer(res.bin_of, "exact search")
+            if s.upper == before:
+                break                                    # a packing that failed verification
+        elif res.status == "infeasible":
+            s.raise_lower(target + 1, "exact search")
+        else:
+            break
+
+    lower_rows = _ceil_div(s.lower, d)
+    if proven_infeasible():
+        need = lower_rows * d
+        best_d = _largest_slots(s, n)
+        fix = (f"use at most {best_d} DP slots or add {need - n} samples" if best_d
+               else f"add {need - n} samples")
+        return done(INFEASIBLE, None, lower_rows, None, s.method, None, s.lower, s.upper,
+                    reason=f"window has {n} samples but needs at least {s.lower} cells, i.e. {lower_rows} rows x "
+                           f"D={d} = {need} non-empty cells", fix=fix, stats=s.stats)
+    upper_rows = _ceil_div(s.upper, d) if s.upper is not None else None
+    witness = None
+    if upper_rows is not None and upper_rows * d > n:
+        upper_rows = None                                # packing exists but no R D <= N fits it
+    if upper_rows is not None:
+        cells = heuristics.expand_bins(s.packing, upper_rows * d)
+        bad = heuristics.packing_violation(lengths, cells, c, m, num_bins=upper_rows * d)
+        if bad is not None:  # pragma: no cover - expand_bins keeps every property
+            raise AssertionError(f"witness layout is invalid: {bad}")
+        witness = Layout.from_bins(cells, upper_rows, d)
+    if upper_rows is not None and upper_rows == lower_rows:
+        return done(OPTIMAL, lower_rows, lower_rows, upper_rows, s.method, witness, s.lower, s.upper, stats=s.stats)
+    status = FEASIBLE if witness is not None else NO_SOLUTION
+    return done(status, None, lower_rows, upper_rows, s.method, witness, s.lower, s.upper, stats=s.stats)
+
+
+def _closed(s: _Search, d: int, n: int) -> bool:
+    """ceil(lower / D) = ceil(upper / D) and that many rows fit the samples."""
+    return s.upper is not None and _ceil_div(s.lower, d) == _ceil_div(s.upper, d) and _ceil_div(s.upper, d) * d <= n
+
+
+def _largest_slots(s: _Search, n: int) -> int:
+    """Largest D' whose layout is guaranteed by the best packing: ceil(U / D') D' <= N."""
+    if s.upper is None:
+        return 0
+    for dd in range(min(n, s.upper), 0, -1):
+        if _ceil_div(s.upper, dd) * dd <= n:
+            return dd
+    return 0
+
+
+def certify_rows(window: Window, cluster: Cluster, time_limit: float = 10.0, exact: str = "auto") -> RowCertificate:
+    """Certified minimum row count R* of ``window`` on ``cluster``.
+
+    Parameters
+    ----------
+    window
+        The samples (only the lengths T_i matter).
+    cluster
+        D = ``cluster.dp``, C = ``cluster.capacity``, m = ``cluster.max_samples_per_cell``.
+    time_limit
+        Seconds for the whole certification.
+    exact
+        Exact model choice, see :func:`certify_bins`.
+
+    Returns
+    -------
+    RowCertificate
+        ``optimal`` with ``r_star`` and a witness layout of R* rows; ``feasible`` with bounds
+        and a witness when the time ran out; ``infeasible`` with ``reason`` and ``fix``.
+    """
+    lengths = window.lengths if isinstance(window, Window) else np.asarray(window)
+    return certify_bins(lengths, cluster.capacity, cluster.dp, cluster.max_samples_per_cell, time_limit, exact)
+
+
+def read_bpplib(path) -> tuple[np.ndarray, int]:
+    """Read a BPPLIB instance: line 1 n, line 2 capacity c, then n weights (CRLF allowed)."""
+    from ..errors import InputError, require
+
+    try:
+        with open(path, "rb") as handle:
+            tokens = handle.read().decode("ascii").split()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError("file", f"{path} cannot be read as a BPPLIB text file ({type(exc).__name__})") from None
+    try:
+        numbers = [int(float(t)) if float(t) == int(float(t)) else None for t in tokens]
+    except ValueError:
+        raise InputError("file", f"{path} holds a non-numeric token") from None
+    require(len(numbers) >= 2 and None not in numbers, "file", f"{path} is not a BPPLIB file (n, capacity, weights)")
+    n, cap = numbers[0], numbers[1]
+    require(n >= 1, "file", f"{path}: item count {n} must be >= 1")
+    require(cap >= 1, "file", f"{path}: capacity {cap} must be >= 1")
+    require(len(numbers) - 2 == n, "file", f"{path}: header says {n} items but {len(numbers) - 2} weights follow")
+    weights = np.asarray(numbers[2:], dtype=np.int64)
+    require(bool(np.all(weights >= 1)), "file", f"{path}: weight {int(weights.min())} must be >= 1")
+    return weights, int(cap)

@@ -1,0 +1,406 @@
+"""Arc-flow model of bin packing (Valerio de Carvalho, 1999), solved with HiGHS (highspy).
+
+Nodes are the partial sums u of a bin (and, with a per-bin item limit m, the item count c:
+node (u, c)); an item arc (u, c) -> (u + w_j, c + 1) places one item of size w_j; a loss arc
+(u, c) -> sink closes the bin. A bin is a path from (0, 0) to the sink, a packing is an
+integral flow. Compression: only partial sums reachable by larger-or-equal items get arcs
+of size w_j (items in non-increasing order along a path), each size at most
+min(b_j, C div w_j, m) times from the source's reach.
+
+The LP bound is certified without trusting floating point: the LP duals y_j of the demand
+rows are rounded down to integers, the heaviest bin pattern M = max sum_j y_j x_j is
+computed exactly by a bounded-knapsack DP, and B >= ceil(sum_j b_j y_j / M) by weak duality.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import highspy
+import numpy as np
+import scipy.sparse as sp
+
+log = logging.getLogger("rp_opt")
+
+
+class GraphTooLarge(RuntimeError):
+    """The arc-flow graph would exceed the configured size."""
+
+
+@dataclass
+class ArcFlowGraph:
+    """The compressed arc-flow graph.
+
+    Attributes
+    ----------
+    sizes, demand
+        Distinct sizes w_j (decreasing) and their multiplicities b_j.
+    capacity, max_items
+        C and m (None without a limit).
+    width
+        Count states per partial sum: m + 1 with a limit, else 1.
+    copies
+        K_j = min(b_j, C div w_j, m), the most copies of size j in one bin.
+    nodes
+        Flat state ids u * width + c of the reachable nodes (sorted; node 0 is the source).
+    arc_tail, arc_head, arc_type
+        Item arcs as flat state ids and size index j.
+    """
+
+    sizes: np.ndarray
+    demand: np.ndarray
+    capacity: int
+    max_items: int | None
+    width: int
+    copies: np.ndarray
+    nodes: np.ndarray
+    arc_tail: np.ndarray
+    arc_head: np.ndarray
+    arc_type: np.ndarray
+
+    @property
+    def num_arcs(self) -> int:
+        return int(self.arc_tail.size + self.nodes.size - 1)
+
+
+def size_classes(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct sizes in decreasing order and their counts."""
+    values, counts = np.unique(np.asarray(lengths, dtype=np.int64), return_counts=True)
+    return values[::-1].copy(), counts[::-1].copy()
+
+
+def _copies(sizes, demand, capacity, max_items):
+    k = np.minimum(demand, capacity // sizes)
+    if max_items is not None:
+        k = np.minimum(k, max_items)
+    return k.astype(np.int64)
+
+
+def estimate_work(lengths: np.ndarray, capacity: int, max_items: int | None) -> int:
+    """Array cells touched while building the graph: sum_j K_j (C+1)(m+1)."""
+    sizes, demand = size_classes(lengths)
+    width = 1 if max_items is None else max_items + 1
+    return int(_copies(sizes, demand, capacity, max_items).sum()) * (capacity + 1) * width
+
+
+def build_graph(lengths: np.ndarray, capacity: int, max_items: int | None = None,
+                max_arcs: int = 3_000_000) -> ArcFlowGraph:
+    """Build the compressed graph; :class:`GraphTooLarge` beyond ``max_arcs`` arcs."""
+    sizes, demand = size_classes(lengths)
+    c = int(capacity)
+    width = 1 if max_items is None else int(max_items) + 1
+    copies = _copies(sizes, demand, c, max_items)
+    reach = np.zeros((c + 1, width), dtype=bool)
+    reach[0, 0] = True
+    tails, types = [], []
+    total = 0
+    for j, (w, k) in enumerate(zip(sizes.tolist(), copies.tolist())):
+        if k == 0:
+            continue
+        valid = np.zeros_like(reach)
+        valid[: c + 1 - w, : max(width - 1, 1)] = True   # u + w <= C and c < m
+        shift = w * width + (1 if width > 1 else 0)      # flat offset of one item arc
+        src = None
+        for _ in range(k):
+            src = reach & valid
+            heads = np.zeros_like(reach)
+            heads.ravel()[np.flatnonzero(src) + shift] = True
+            grown = reach | heads
+            if np.array_equal(grown, reach):
+                break
+            reach = grown
+        flat = np.flatnonzero(src)
+        total += flat.size
+        if total > max_arcs:
+            raise GraphTooLarge(f"arc-flow graph exceeds {max_arcs} arcs")
+        tails.append(flat)
+        types.append(np.full(flat.size, j, dtype=np.int64))
+    tail = np.concatenate(tails) if tails else np.zeros(0, dtype=np.int64)
+    arc_type = np.concatenate(types) if types else np.zeros(0, dtype=np.int64)
+    head = tail + sizes[arc_type] * width + (1 if width > 1 else 0)
+    nodes = np.flatnonzero(reach)
+    return ArcFlowGraph(sizes, demand, c, max_items, width, copies, nodes, tail, head, arc_type)
+
+
+def _model(graph: ArcFlowGraph, integral: bool, min_bins: int = 0, max_bins: float = np.inf) -> highspy.HighsLp:
+    """Columns: item arcs, then one loss arc per non-source node. Rows: conservation at
+    every node but the source, demand of every size, and lo <= bins <= hi."""
+    nodes = graph.nodes
+    num_nodes = nodes.size
+    n_item = graph.arc_tail.size
+    n_loss = num_nodes - 1
+    num_cols = n_item + n_loss
+    k = graph.sizes.size
+    row_of_node = lambda flat: np.searchsorted(nodes, flat) - 1   # source (node 0) has no row
+    t_row = row_of_node(graph.arc_tail)
+    h_row = row_of_node(graph.arc_head)
+    loss_tail = np.arange(1, num_nodes) - 1
+    cols_item = np.arange(n_item)
+    cols_loss = n_item + np.arange(n_loss)
+    bins_row = (num_nodes - 1) + k
+    from_source = graph.arc_tail == 0
+    rows = [h_row, t_row[~from_source], (num_nodes - 1) + graph.arc_type, loss_tail,
+            np.full(int(from_source.sum()), bins_row)]
+    cols = [cols_item, cols_item[~from_source], cols_item, cols_loss, cols_item[from_source]]
+    vals = [np.ones(n_item), -np.ones(int((~from_source).sum())), np.ones(n_item), -np.ones(n_loss),
+            np.ones(int(from_source.sum()))]
+    # flow conservation: sum_in x - sum_out x = 0 at every node but source and sink
+    # demand: sum_{arcs of size j} x >= b_j
+    # bins: min_bins <= sum_{arcs leaving the source} x <= max_bins
+    matrix = sp.csc_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                           shape=(bins_row + 1, num_cols))
+    matrix.sort_indices()
+    lp = highspy.HighsLp()
+    lp.num_col_ = num_cols
+    lp.num_row_ = bins_row + 1
+    cost = np.zeros(num_cols)
+    cost[cols_item[from_source]] = 1.0                     # minimise the number of bins
+    lp.col_cost_ = cost
+    lp.col_lower_ = np.zeros(num_cols)
+    lp.col_upper_ = np.full(num_cols, highspy.kHighsInf)
+    inf = highspy.kHighsInf
+    lower = np.concatenate([np.zeros(num_nodes - 1), graph.demand.astype(float), [float(min_bins)]])
+    upper = np.concatenate([np.zeros(num_nodes - 1), np.full(k, inf), [inf if not np.isfinite(max_bins) else float(max_bins)]])
+    lp.row_lower_ = lower
+    lp.row_upper_ = upper
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = matrix.indptr.astype(np.int32)
+    lp.a_matrix_.index_ = matrix.indices.astype(np.int32)
+    lp.a_matrix_.value_ = matrix.data
+    if integral:
+        lp.integrality_ = [highspy.HighsVarType.kInteger] * num_cols
+    return lp
+
+
+def _highs(time_limit: float) -> highspy.Highs:
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
+    h.setOptionValue("threads", 1)
+    return h
+
+
+def max_pattern_weight(graph: ArcFlowGraph, weights: np.ndarray) -> int:
+    """max sum_j weights_j x_j over bins: sum w_j x_j <= C, x_j <= K_j, sum x_j <= m.
+
+    Exact bounded-knapsack DP in int64: best[u, c] = best weight of size <= u, count <= c.
+    """
+    c = graph.capacity
+    width = graph.width
+    best = np.zeros((c + 1, width), dtype=np.int64)
+    step = 1 if width > 1 else 0
+    for w, k, y in zip(graph.sizes.tolist(), graph.copies.tolist(), weights.tolist()):
+        if y <= 0 or k == 0:
+            continue
+        for _ in range(k):
+            cand = best[: c + 1 - w, : width - step] + y
+            region = best[w:, step:]
+            grown = np.maximum(region, cand)
+            if np.array_equal(grown, region):
+                break
+            best[w:, step:] = grown
+    return int(best[c, width - 1])
+
+
+@dataclass
+class LPBound:
+    value: float          # LP optimum as HiGHS reports it
+    bound: int            # certified integer lower bound on the number of bins
+    seconds: float
+
+
+def lp_bound(graph: ArcFlowGraph, time_limit: float) -> LPBound | None:
+    """Solve the LP relaxation; certify ceil(sum b_j y_j / M) from its duals (see module doc)."""
+    start = time.perf_counter()
+    h = _highs(time_limit)
+    # arc-flow LPs are very degenerate: interior point without crossover is several times
+    # faster than simplex, and the bound below needs no basic (vertex) duals
+    h.setOptionValue("solver", "ipm")
+    h.setOptionValue("run_crossover", "off")
+    h.passModel(_model(graph, integral=False))
+    h.run()
+    if h.getModelStatus() not in (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kUnknown):
+        return None
+    value = float(h.getInfo().objective_function_value)
+    num_nodes = graph.nodes.size
+    duals = np.asarray(h.getSolution().row_dual)[num_nodes - 1: num_nodes - 1 + graph.sizes.size]
+    duals = np.maximum(duals, 0.0)
+    if duals.max(initial=0.0) <= 0:
+        return LPBound(value, 0, time.perf_counter() - start)
+    # integer duals: any y >= 0 gives B >= sum b y / max-pattern(y); scaling keeps ~30 bits
+    y = np.floor(duals * ((1 << 30) / duals.max())).astype(np.int64)
+    heaviest = max_pattern_weight(graph, y)
+    total = int(np.dot(graph.demand.astype(object), y.astype(object)))
+    bound = -(-total // heaviest) if heaviest > 0 else 0
+    return LPBound(value, int(bound), time.perf_counter() - start)
+
+
+def _path_start(graph: ArcFlowGraph):
+    """Lookup (tail state, size index) -> item-arc column."""
+    keys = graph.arc_tail * graph.sizes.size + graph.arc_type
+    order = np.argsort(keys, kind="stable")
+    return keys[order], order
+
+
+def hint_from_bins(graph: ArcFlowGraph, lengths: np.ndarray, bin_of: np.ndarray) -> np.ndarray | None:
+    """Arc flows of a packing (each bin as a path of non-increasing sizes), or None."""
+    keys, order = _path_start(graph)
+    index_of_size = {int(w): j for j, w in enumerate(graph.sizes.tolist())}
+    flow = np.zeros(graph.arc_tail.size + graph.nodes.size - 1)
+    step = 1 if graph.width > 1 else 0
+    groups = np.argsort(bin_of, kind="stable")
+    bounds = np.flatnonzero(np.diff(bin_of[groups])) + 1
+    for members in np.split(groups, bounds):
+        state = 0
+        for w in sorted(lengths[members].tolist(), reverse=True):
+            j = index_of_size[int(w)]
+            key = state * graph.sizes.size + j
+            pos = np.searchsorted(keys, key)
+            if pos >= keys.size or keys[pos] != key:
+                return None
+            flow[order[pos]] += 1
+            state = state + w * graph.width + step
+        loss = np.searchsorted(graph.nodes, state)
+        flow[graph.arc_tail.size + loss - 1] += 1
+    return flow
+
+
+def decompose(graph: ArcFlowGraph, flow: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Integral flow -> bin_of[N]: walk paths from the source, assign real items to arcs,
+    drop items a path covers beyond their demand (over-cover) and bins left empty."""
+    x = np.rint(flow).astype(np.int64)
+    n_item = graph.arc_tail.size
+    out: dict[int, list[int]] = {}
+    for a in np.flatnonzero(x[:n_item] > 0).tolist():
+        out.setdefault(int(graph.arc_tail[a]), []).append(a)
+    left = x.copy()
+    sizes = graph.sizes
+    pools = {j: [] for j in range(sizes.size)}
+    order = np.argsort(-np.asarray(lengths), kind="stable")
+    index_of_size = {int(w): j for j, w in enumerate(sizes.tolist())}
+    for i in order.tolist():
+        pools[index_of_size[int(lengths[i])]].append(i)
+    bin_of = np.full(len(lengths), -1, dtype=np.int64)
+    num_bins = 0
+    while True:
+        arcs = out.get(0, [])
+        while arcs and left[arcs[-1]] == 0:
+            arcs.pop()
+        if not arcs:
+            break
+        state, placed = 0, False
+        while True:
+            arcs = out.get(state, [])
+            while arcs and left[arcs[-1]] == 0:
+                arcs.pop()
+            if not arcs:
+                break                                   # take the loss arc to the sink
+            a = arcs[-1]
+            left[a] -= 1
+            pool = pools[int(graph.arc_type[a])]
+            if pool:
+                bin_of[pool.pop()] = num_bins
+                placed = True
+            state = int(graph.arc_head[a])
+        num_bins += placed
+    return bin_of
+
+
+@dataclass
+class MIPResult:
+    bin_of: np.ndarray | None   # a packing (unverified: the caller checks it)
+    bound: int                  # lower bound on the bins proven by the MIP (or min_bins)
+    status: str                 # HiGHS model status in words
+    seconds: float
+
+
+def solve_mip(graph: ArcFlowGraph, lengths: np.ndarray, time_limit: float, min_bins: int = 0,
+              max_bins: float = np.inf, hint: np.ndarray | None = None) -> MIPResult:
+    """Minimise the bins with lo <= bins <= hi; stops at the first packing within hi when
+    hi is finite (all that a row-count decision needs)."""
+    start = time.perf_counter()
+    h = _highs(time_limit)
+    h.setOptionValue("mip_rel_gap", 0.0)
+    if np.isfinite(max_bins):
+        h.setOptionValue("mip_abs_gap", float(max_bins - min_bins) + 0.5)
+    else:
+        h.setOptionValue("mip_abs_gap", 0.5)
+    h.passModel(_model(graph, integral=True, min_bins=min_bins, max_bins=max_bins))
+    if hint is not None and hint[: graph.arc_tail.size][graph.arc_tail == 0].sum() <= max_bins:
+        sol = highspy.HighsSolution()
+        sol.col_value = list(hint)
+        sol.value_valid = True
+        h.setSolution(sol)
+    h.run()
+    status = h.modelStatusToString(h.getModelStatus())
+    info = h.getInfo()
+    bin_of = None
+    if info.primal_solution_status == 2:  # feasible
+        bin_of = decompose(graph, np.asarray(h.getSolution().col_value), lengths)
+    if h.getModelStatus() == highspy.HighsModelStatus.kInfeasible:
+        bound = int(max_bins) + 1 if np.isfinite(max_bins) else min_bins
+    else:
+        dual = float(info.mip_dual_bound)
+        bound = int(np.ceil(dual - 1e-6)) if np.isfinite(dual) else min_bins
+        bound = max(bound, min_bins)
+    return MIPResult(bin_of, bound, status, time.perf_counter() - start)
+
+
+@dataclass
+class DecideResult:
+    status: str                 # "feasible", "infeasible" or "unknown"
+    bin_of: np.ndarray | None   # a packing into <= max_bins bins (unverified)
+    seconds: float
+
+
+def cpsat_decide(graph: ArcFlowGraph, lengths: np.ndarray, max_bins: int, time_limit: float,
+                 hint: np.ndarray | None = None, workers: int = 2) -> DecideResult:
+    """Decide "at most ``max_bins`` bins" on the arc-flow graph with CP-SAT (integer flows).
+
+    CP-SAT keeps to its time limit and found packings on Scholl and Falkenauer U instances
+    where the HiGHS MIP stalled past its limit; the HiGHS model stays as :func:`solve_mip`.
+    """
+    from ortools.sat.python import cp_model
+
+    start = time.perf_counter()
+    nodes = graph.nodes
+    n_item = graph.arc_tail.size
+    tail = np.searchsorted(nodes, graph.arc_tail)
+    head = np.searchsorted(nodes, graph.arc_head)
+    model = cp_model.CpModel()
+    cap = np.minimum(graph.demand[graph.arc_type], max_bins)
+    x = [model.new_int_var(0, int(u), "") for u in cap.tolist()]
+    loss = [model.new_int_var(0, int(max_bins), "") for _ in range(nodes.size - 1)]
+    into: list[list] = [[] for _ in range(nodes.size)]
+    out: list[list] = [[] for _ in range(nodes.size)]
+    for a in range(n_item):
+        out[tail[a]].append(x[a])
+        into[head[a]].append(x[a])
+    for v in range(1, nodes.size):
+        # flow conservation: sum_in x = sum_out x + loss_v
+        model.add(sum(into[v]) == sum(out[v]) + loss[v - 1])
+    # bins: sum of flow leaving the source <= K
+    model.add(sum(out[0]) <= int(max_bins))
+    # waste: a bin closed at partial sum u wastes C - u, and K bins waste at most K C - sum T
+    room = graph.capacity - nodes[1:] // graph.width
+    slack = int(max_bins) * graph.capacity - int(np.sum(lengths, dtype=np.int64))
+    model.add(sum(int(r) * v for r, v in zip(room.tolist(), loss) if r > 0) <= slack)
+    for j in range(graph.sizes.size):
+        # demand: sum_{arcs of size j} x >= b_j
+        model.add(sum(x[a] for a in np.flatnonzero(graph.arc_type == j).tolist()) >= int(graph.demand[j]))
+    if hint is not None:
+        for a in range(n_item):
+            model.add_hint(x[a], int(min(hint[a], cap[a])))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(float(time_limit), 0.01)
+    solver.parameters.num_workers = workers
+    code = solver.solve(model)
+    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        flow = np.zeros(n_item + nodes.size - 1)
+        flow[:n_item] = [solver.value(v) for v in x]
+        flow[n_item:] = [solver.value(v) for v in loss]
+        return DecideResult("feasible", decompose(graph, flow, lengths), time.perf_counter() - start)
+    status = "infeasible" if code == cp_model.INFEASIBLE else "unknown"
+    return DecideResult(status, None, time.perf_counter() - start)
