@@ -188,6 +188,10 @@ class Planner:
         Seed each step with the previous step's plan where its shape allows.
     certify_share
         Share of ``time_limit`` given to the R* certifier.
+    keep_placement
+        Keep the placement in force and plan the packing only (no migration), for
+        trainers that cannot hide expert transfers; needs a solver that takes a fixed
+        ``placement`` (``heuristic``, ``exact``, ``auto``).
     solver_options
         Extra keyword options passed to the solver.
     """
@@ -195,7 +199,7 @@ class Planner:
     def __init__(self, cluster: Cluster, cost="ling-tiny-like", *, objective: str = "sync",
                  time_limit: float = 10.0, mode: str = "auto", seed: int = 0, expert_bytes: int | None = None,
                  current_placement: Placement | None = None, warm_start: bool = True, fallback: bool = True,
-                 certify_share: float = 0.2, solver_options: dict | None = None):
+                 certify_share: float = 0.2, keep_placement: bool = False, solver_options: dict | None = None):
         require(isinstance(cluster, Cluster), "cluster", f"must be a Cluster, got {type(cluster).__name__}")
         require(np.isfinite(time_limit) and time_limit > 0, "time_limit", f"must be > 0, got {time_limit}")
         require(0 < certify_share < 1, "certify_share", f"must be in (0, 1), got {certify_share}")
@@ -207,6 +211,7 @@ class Planner:
         self.fallback = bool(fallback)
         self.certify_share = float(certify_share)
         self.solver_options = dict(solver_options or {})
+        self.keep_placement = bool(keep_placement)
         self._cost, self._spec = _load_cost(cost)
         if expert_bytes is None:
             expert_bytes = self._spec.expert_bytes if self._spec is not None else 0
@@ -215,6 +220,8 @@ class Planner:
         self.expert_bytes = int(expert_bytes)
         require(isinstance(mode, str) and mode != "", "mode", f"must be a solver mode name, got {mode!r}")
         self.mode = mode
+        require(not (keep_placement and (MODES.get(mode, (mode,))[0] in _FIXED_PLACEMENT)), "keep_placement",
+                f"mode {mode!r} chooses its own placement; use heuristic, exact or auto")
         self._cost_by_layers: dict[int, CostModel] = {}
         self._current = current_placement
         self._previous: Plan | None = None
@@ -347,8 +354,11 @@ class Planner:
         if certificate is not None and certificate.r_star is not None:
             # R* is proven once per step; every registered planner takes it as ``num_rows``
             options.setdefault("num_rows", certificate.r_star)
-        if seed_placement is not None and name not in _FIXED_PLACEMENT:
-            options.setdefault("placement", seed_placement)
+        if name not in _FIXED_PLACEMENT:
+            if self.keep_placement:
+                options.setdefault("placement", current)
+            elif seed_placement is not None:
+                options.setdefault("placement", seed_placement)
         remaining = max(0.1 * self.time_limit, self.time_limit - (time.perf_counter() - start))
         t = time.perf_counter()
         result = solver(instance, objective=self.objective, time_limit=remaining, seed=self.seed,

@@ -79,6 +79,20 @@ def test_warm_starts_and_commit():
     assert other.warm_start == "placement" and other.step == 1
 
 
+def test_keep_placement_plans_packing_only():
+    """keep_placement: the placement in force stays, nothing migrates, the layout is new."""
+    cluster = Cluster(dp=2, edp=1, ep=2, capacity=64)
+    start = Placement(np.tile([1, 0, 1, 0, 1, 0, 1, 0], (3, 1)), 2)
+    planner = Planner(cluster, COST, mode="heuristic", time_limit=0.5, keep_placement=True, current_placement=start)
+    for seed in (8, 9):
+        step = planner.plan(routing=routing_of(seed), num_experts=8)
+        checked(step)
+        assert np.array_equal(step.placement.ranks, start.ranks)
+        assert step.migration.num_transfers == 0
+    with pytest.raises(InputError, match=r"^keep_placement: "):
+        Planner(cluster, COST, mode="baseline", keep_placement=True)
+
+
 def test_seed_placement_is_no_worse_than_either_start():
     from rp_opt.placement import layer_rank_loads, local_search_placement
     from rp_opt.replay import demand_from_samples
@@ -153,7 +167,10 @@ def test_infeasible_window_is_one_line():
 
 
 def test_example_script_runs_as_written():
-    """scripts/example_trainer.py is the README's "Use it in a trainer" example."""
+    """scripts/example_trainer.py is the README's "Use it in a trainer" example, and
+    docs/trainer.md shows it verbatim."""
+    script = open(os.path.join(ROOT, "scripts", "example_trainer.py")).read().rstrip("\n")
+    assert "```python\n" + script + "\n```" in open(os.path.join(ROOT, "docs", "trainer.md")).read()
     out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "example_trainer.py")], capture_output=True,
                          text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
