@@ -148,3 +148,87 @@ def test_bad_warm_start_is_one_line_input_error():
     plan = get_solver("baseline")(other, objective="sync").plan
     with pytest.raises(InputError, match="warm_start"):
         get_solver("heuristic")(inst, warm_start=plan, time_limit=0.5, workers=1)
+
+
+@pytest.mark.parametrize("objective", ["sync", "shard", "weighted"])
+def test_block_pair_search_deltas_and_state_are_exact(objective):
+    """Block-pair search (rp_opt.packing.improve): for random block pairs the predicted
+    energy change of the best move equals the change of a from-scratch evaluation after
+    applying it, every candidate's pair_delta equals Problem.energy on the full matrices,
+    and after many applied moves the incremental state equals a full rescore and the
+    layout keeps every constraint (capacity, non-empty cells, m)."""
+    from rp_opt.packing.improve import BlockSearch, pair_delta
+
+    inst = small(samples=48, dp=4, edp=2, m=5)
+    placement = Placement.identity(4, 8, 4)
+    demand = rank_demand(inst.window, placement)
+    rows, layout, _ = anneal.certified_rows(inst, 5.0)
+    problem = anneal.make_problem(inst, demand, rows, objective)
+    search = BlockSearch(problem, layout.cell_of)
+    rng = np.random.default_rng(3)
+    applied = 0
+    for _ in range(60):
+        b1, b2 = (int(b) for b in rng.choice(problem.num_pairs, 2, replace=False))
+        delta, move = search.evaluate(b1, b2)
+        # pair_delta against the full energy for random replacement values
+        a1, x1, a2, x2 = (rng.uniform(0, 2, 5) * v for v in
+                          (search.state.attention[0, b1], search.state.expert[0, b1],
+                           search.state.attention[0, b2], search.state.expert[0, b2]))
+        att = np.repeat(search.state.attention[:1], 5, axis=0)
+        exp = np.repeat(search.state.expert[:1], 5, axis=0)
+        att[:, b1], exp[:, b1], att[:, b2], exp[:, b2] = a1, x1, a2, x2
+        full = problem.energy(att, exp) - search.energy()
+        np.testing.assert_allclose(pair_delta(problem, search.state.attention[0], search.state.expert[0],
+                                              b1, b2, a1, x1, a2, x2), full, rtol=1e-9, atol=1e-9 * search.energy())
+        if move is None:
+            continue
+        before = search.energy()
+        search.apply(move)
+        applied += 1
+        np.testing.assert_allclose(search.energy() - before, delta, rtol=1e-6, atol=1e-9 * before)
+    assert applied > 20
+    fresh = anneal.State(problem, 1)
+    anneal.load_layouts(problem, fresh, [0], [search.layout()])
+    for name in ("count", "tokens", "qwork", "loads", "attention", "expert", "energy"):
+        np.testing.assert_allclose(getattr(search.state, name), getattr(fresh, name), rtol=1e-12, err_msg=name)
+    lay = Layout(search.layout(), rows, inst.cluster.dp)
+    assert layout_violation(inst, lay, rows) is None
+    assert check_plan(inst, placement.to_list(), lay.to_rows(), objective, num_rows=rows).valid
+
+
+def test_block_search_never_worsens_and_reaches_local_optimum():
+    """From the ffd layout the search only lowers the energy and, on a small window, stops
+    at a local optimum: no block pair then holds an improving move."""
+    from rp_opt.packing.improve import BlockSearch
+
+    inst = small(samples=40, dp=4, edp=2)
+    placement = Placement.identity(4, 8, 4)
+    demand = rank_demand(inst.window, placement)
+    rows, _, _ = anneal.certified_rows(inst, 5.0)
+    problem = anneal.make_problem(inst, demand, rows, "sync")
+    start = pack(inst, "ffd", rows)[0]
+    search = BlockSearch(problem, start.cell_of)
+    e0 = search.energy()
+    stats = search.sweep(np.inf, np.random.default_rng(0))
+    assert stats.local_optimum and search.energy() <= e0
+    for b1 in range(problem.num_pairs):
+        for b2 in range(b1 + 1, problem.num_pairs):
+            delta, move = search.evaluate(b1, b2)
+            assert move is None or delta >= -1e-9 * abs(search.energy())
+    lay = Layout(search.layout(), rows, inst.cluster.dp)
+    np.testing.assert_allclose(score(inst, placement, lay, "sync", demand)[0],
+                               score(inst, placement, lay, "sync")[0])
+    assert score(inst, placement, lay, "sync", demand) <= score(inst, placement, start, "sync", demand)
+
+
+def test_heuristic_time_limit_covers_the_plan():
+    """The plan's seconds (placement, R*, seeds, anneal, search, scoring, bounds) stay near
+    the time limit; the baseline report is timed apart and the search made the plan."""
+    inst = synth.generate(model="ling-flash-like", samples=256, dp=16, edp=4, ep=4, capacity=8192, layers=8,
+                          experts=16, seed=4)
+    result = get_solver("heuristic")(inst, objective="sync", time_limit=1.5, seed=0, workers=1)
+    assert_checked(inst, result)
+    assert result.seconds <= 1.5 * 1.25
+    assert "report_seconds" in result.stats and result.stats["timings"]["search"] > 0
+    assert result.stats["energy"] <= result.stats["anneal_energy"]
+    assert result.bound <= result.score[0]

@@ -490,11 +490,15 @@ def anneal(problem: Problem, starts: list[np.ndarray], *, replicas: int = 32, wo
 # The solver
 # ---------------------------------------------------------------------------------------
 
-def default_placement(window, num_ranks: int) -> tuple[Placement, str]:
-    """LPT + swap local search (placement package) when available, else LPT, else identity."""
+def default_placement(window, num_ranks: int, load: np.ndarray | None = None) -> tuple[Placement, str]:
+    """LPT + swap local search (placement package) when available, else LPT, else identity.
+    ``load`` is ``window.expert_load()`` when the caller has it (one pass over the demand)."""
     try:
-        from ..placement import local_search_placement
-        return local_search_placement(window, num_ranks), "lpt+local-search"
+        from ..placement.local_search import local_search_ranks
+        from ..placement.lpt import lpt_ranks
+        load = window.expert_load() if load is None else load
+        return Placement(local_search_ranks(load, lpt_ranks(load, num_ranks), num_ranks, None),
+                         num_ranks), "lpt+local-search"
     except ImportError:
         pass
     try:
@@ -504,22 +508,36 @@ def default_placement(window, num_ranks: int) -> tuple[Placement, str]:
         return Placement.identity(window.num_layers, window.num_experts, num_ranks), "identity"
 
 
+def _l1_rows(instance: Instance) -> int:
+    """ceil(max(ceil(sum T / C), ceil(N / m)) / D): no layout has fewer rows."""
+    window, cluster = instance.window, instance.cluster
+    low = -(-int(window.lengths.sum()) // cluster.capacity)
+    if cluster.max_samples_per_cell is not None:
+        low = max(low, -(-window.num_samples // cluster.max_samples_per_cell))
+    return -(-low // cluster.dp)
+
+
 def _quick_rows(instance: Instance):
-    """R* without the certifier when FFD meets the L1 / cardinality bound: with B_FFD bins
-    and B >= max(ceil(sum T / C), ceil(N / m)), ceil(B_FFD / D) = ceil(L / D) proves R*.
-    The witness is the FFD packing split into R* D non-empty bins. None otherwise."""
+    """R* without the certifier when a first-fit packing meets the L1 / cardinality bound:
+    a packing into the R*·D cells of R* = ceil(L1 / D) rows proves R*. Tries the
+    AReaL-style FFD of :mod:`.baseline` first (no per-cell limit; its layout is also the
+    ``ffd`` seed), then the certifier package's FFD. Returns (R*, witness, stats) or None."""
+    window, cluster = instance.window, instance.cluster
+    rows = _l1_rows(instance)
+    if rows * cluster.dp > window.num_samples:
+        return None
+    if cluster.max_samples_per_cell is None:
+        from .baseline import ffd_bins
+        bins = ffd_bins(window.lengths, rows * cluster.dp, cluster.capacity)
+        if bins is not None and np.bincount(bins, minlength=rows * cluster.dp).min() > 0:
+            return rows, Layout.from_bins(bins, rows, cluster.dp), {"rows_method": "L1 = FFD (AReaL ffd)",
+                                                                    "rows_status": "optimal"}
     try:
         from ..rows.heuristics import expand_bins, first_fit_decreasing
     except ImportError:
         return None
-    window, cluster = instance.window, instance.cluster
-    m = cluster.max_samples_per_cell
-    low = -(-int(window.lengths.sum()) // cluster.capacity)
-    if m is not None:
-        low = max(low, -(-window.num_samples // m))
-    bins = first_fit_decreasing(window.lengths, cluster.capacity, m)
-    rows = -(-(int(bins.max()) + 1) // cluster.dp)
-    if rows != -(-low // cluster.dp) or rows * cluster.dp > window.num_samples:
+    bins = first_fit_decreasing(window.lengths, cluster.capacity, cluster.max_samples_per_cell)
+    if -(-(int(bins.max()) + 1) // cluster.dp) != rows:
         return None
     witness = Layout.from_bins(expand_bins(bins, rows * cluster.dp), rows, cluster.dp)
     return rows, witness, {"rows_method": "L1 = FFD", "rows_status": "optimal"}
@@ -546,19 +564,73 @@ def certified_rows(instance: Instance, time_limit: float) -> tuple[int, Layout |
     return int(cert.r_star), cert.witness, {"rows_method": cert.bound_method, "rows_status": cert.status}
 
 
-@register_solver("heuristic", "LPT placement + diverse seeds + population annealing of the packing")
+def fast_rank_demand(window, placement: Placement) -> np.ndarray:
+    """``rank_demand`` [N, L, P]; for the identity placement one reshape-sum over the
+    contiguous experts of each rank, otherwise :func:`rp_opt.cost.rank_demand`."""
+    n, num_layers, num_experts = window.demand.shape
+    per_rank = num_experts // placement.num_ranks
+    if np.array_equal(placement.ranks, np.broadcast_to(np.arange(num_experts) // per_rank, placement.ranks.shape)):
+        return window.demand.reshape(n, num_layers, placement.num_ranks, per_rank).sum(axis=3, dtype=np.int64)
+    return rank_demand(window, placement)
+
+
+def search_layout(problem: Problem, start: np.ndarray, *, deadline: float | None = None,
+                  max_evaluations: int | None = None, seed: int = 0, cap: int | None = 16,
+                  surrogate: float = 0.05):
+    """Block-pair search (:mod:`.improve`) from ``start``: first passes over all block pairs
+    under the energy plus ``surrogate`` * sum J (credit for lowering the total, which makes
+    room for the primary), then the exact energy on the blocks that decide the primary.
+    Returns (cell_of, exact energy, stats dict)."""
+    from dataclasses import replace
+
+    from .improve import BlockSearch
+
+    deadline = np.inf if deadline is None else deadline
+    rng = np.random.default_rng((seed, 7))
+    out = {}
+    layout = np.asarray(start, dtype=np.int64)
+    evals = None if max_evaluations is None else max(1, int(0.85 * max_evaluations))
+    if surrogate > 0:
+        sur = replace(problem, aggregates=list(problem.aggregates) + [(1.0, 1.0, "sum", 1, "sum", surrogate)])
+        search = BlockSearch(sur, layout, cap=cap, seed=seed)
+        now = time.perf_counter()
+        st = search.sweep(now + 0.85 * (deadline - now) if np.isfinite(deadline) else deadline, rng, evals)
+        layout = search.layout()
+        search.close()
+        out.update(sweep_evaluations=st.evaluations, sweep_improvements=st.improvements,
+                   sweep_candidates=st.candidates, sweep_seconds=st.seconds)
+    search = BlockSearch(problem, layout, cap=cap, seed=seed + 1)
+    rest = None if max_evaluations is None else max(1, max_evaluations - (evals or 0))
+    st = search.run(deadline, rng, max_evaluations=rest)
+    out.update(exact_evaluations=st.evaluations, exact_improvements=st.improvements,
+               exact_candidates=st.candidates, exact_seconds=st.seconds, local_optimum=st.local_optimum)
+    layout, energy = search.layout(), search.energy()
+    search.close()
+    return layout, energy, out
+
+
+@register_solver("heuristic", "LPT placement + diverse seeds + population annealing + block-pair search")
 def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed: int = 0, warm_start=None,
               placement: Placement | None = None, workers: int | None = None, **options):
     """Production heuristic: placement (LPT + local search, or given), R* and its witness,
-    diverse seeds, population annealing of the layout under ``objective``.
+    diverse seeds, population annealing of the layout (diversification), then the
+    vectorised block-pair search (:mod:`.improve`) on the anneal's best layout.
+
+    The time limit covers everything that makes the plan: placement, R*, rank demand,
+    seeds, anneal, search, scoring and the lower bounds. The identity + ffd baseline
+    (``report_baseline``, default True) is only for the report: it runs after the plan,
+    reuses the ffd seed, and its time is ``stats["report_seconds"]`` (not in ``seconds``).
 
     Options: ``replicas`` (K, default 32), ``candidates`` (moves drawn per replica per
     step, 4), ``steps_per_temperature`` (20), ``temperatures`` (fixed number of temperature
-    steps: deterministic schedule), ``no_improvement`` (stop after that many temperature
-    steps without a better energy), ``seeds`` (seed rules), ``num_rows``,
-    ``report_baseline`` (default True: score identity + ffd for ``improvement``).
+    steps: deterministic schedule; the search then runs ``search_evaluations`` block pairs,
+    default 200), ``anneal_share`` (share of the packing time for the anneal, default 0.2),
+    ``no_improvement``, ``seeds`` (seed rules), ``num_rows``, ``search`` (default True),
+    ``search_cap`` (at most that many samples of a block per evaluation, 16),
+    ``surrogate`` (0.05), ``reserve`` (seconds kept for the final scoring, default
+    0.05 * time_limit).
     """
-    from ..solvers import plan_result
+    from ..result import Result
     from .seeds import greedy_seconds, layout_violation, seed_layouts
 
     started = time.perf_counter()
@@ -579,8 +651,9 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
             stats["placement"] = "warm start"
         warm_layout = warm_start.layout
     t = time.perf_counter()
+    load = window.expert_load()          # one pass over the demand: placement and the bounds
     if placement is None:
-        placement, stats["placement"] = default_placement(window, cluster.ep)
+        placement, stats["placement"] = default_placement(window, cluster.ep, load)
     else:
         stats.setdefault("placement", "given")
     timings["placement"] = time.perf_counter() - t
@@ -604,9 +677,15 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     if rules is None:
         rules = ["witness", "ffd", "kk"]
         # the expert-aware greedy costs O(N R G L P): only when it fits the budget
-        if greedy_seconds(instance, num_rows, cluster.ep) <= 0.35 * time_limit:
+        if greedy_seconds(instance, num_rows, cluster.ep) <= 0.1 * time_limit:
             rules.append("greedy")
-    seeds = seed_layouts(instance, num_rows, demand, witness, tuple(rules))
+    if witness is not None and row_stats.get("rows_method") == "L1 = FFD (AReaL ffd)" and "ffd" in rules:
+        # the witness IS the AReaL ffd layout (same rule, same R*·D bins): reuse it
+        seeds = seed_layouts(instance, num_rows, demand, witness, tuple(r for r in rules if r != "ffd"))
+        if "witness" in seeds:
+            seeds["ffd"] = seeds.pop("witness")
+    else:
+        seeds = seed_layouts(instance, num_rows, demand, witness, tuple(rules))
     if warm_layout is not None:
         why = layout_violation(instance, warm_layout, num_rows)
         require(why is None, "warm_start", f"is not a valid layout of R*={num_rows} rows: {why}")
@@ -615,38 +694,76 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     if not seeds:
         raise InputError("window", f"no seed layout of R*={num_rows} rows could be built")
 
+    t = time.perf_counter()
     problem = make_problem(instance, demand, num_rows, objective)
+    bound_stats = report_bounds(instance, placement, num_rows, objective, demand, baseline=False, load=load)
+    bound_stats.pop("analytic_bounds")
+    timings["bounds"] = time.perf_counter() - t
     names = list(seeds)
     starts = [seeds[name].cell_of for name in names]
     replicas = int(options.get("replicas", 32))
     workers = os.cpu_count() or 1 if workers is None else int(workers)
     workers = max(1, min(workers, replicas))
+    do_search = bool(options.get("search", True)) and problem.num_pairs > 1
 
-    remaining = time_limit - (time.perf_counter() - started) - float(options.get("reserve", 0.15 * time_limit))
-    stop = None
+    # time left for the packing, less a reserve for the final scoring (one full evaluation)
+    reserve = float(options.get("reserve", 0.06 * time_limit))
+    remaining = max(time_limit - (time.perf_counter() - started) - reserve, 0.05)
+    share = float(options.get("anneal_share", 0.1 if problem.num_pairs >= 64 else 0.3)) if do_search else 1.0
+    deterministic = options.get("temperatures") is not None
     run_limit = None
-    if options.get("temperatures") is not None:
+    if deterministic:
         stop = MaxIterations(int(options["temperatures"]))
         if options.get("no_improvement"):
             stop = stop | NoImprovement(int(options["no_improvement"]))
     else:
-        run_limit = max(remaining, 0.05)
+        run_limit = max(share * remaining, 0.02)
         stop = MaxSeconds(run_limit)
         if options.get("no_improvement"):
             stop = stop | NoImprovement(int(options["no_improvement"]))
-    best, best_energy, astats = anneal(
-        problem, starts, replicas=replicas, workers=workers, seed=int(seed), stop=stop, time_limit=run_limit,
-        temperatures=int(options.get("temperatures") or 60),
-        steps_per_temperature=int(options.get("steps_per_temperature", 20)),
-        candidates=int(options.get("candidates", 4)))
-    timings["anneal"] = astats.seconds
-    seed_energy = dict(zip(names, astats.start_energies or []))
+    deadline = None if deterministic else started + time_limit - reserve
+    timings["anneal"] = timings["search"] = 0.0
+    search_stats: dict = {}
+    best, best_energy, seed_energy, anneal_energy, rounds = None, np.inf, None, None, 0
+    while True:
+        # one round: population annealing from the best so far and the seeds (diversification),
+        # then the block-pair search from the anneal's best (intensification); another round
+        # only when the search stopped at a local optimum with time left
+        found, energy, astats = anneal(
+            problem, starts if best is None else [best] + starts, replicas=replicas, workers=workers,
+            seed=int(seed) + 1000 * rounds, stop=stop, time_limit=run_limit,
+            temperatures=int(options.get("temperatures") or 60),
+            steps_per_temperature=int(options.get("steps_per_temperature", 20)),
+            candidates=int(options.get("candidates", 4)))
+        timings["anneal"] += astats.seconds
+        if seed_energy is None:
+            seed_energy = dict(zip(names, astats.start_energies or []))
+            anneal_energy = energy
+        if energy < best_energy:
+            best, best_energy = found, energy
+        rounds += 1
+        if not do_search:
+            break
+        t = time.perf_counter()
+        evals = int(options.get("search_evaluations", 200)) if deterministic else options.get("search_evaluations")
+        found, energy, search_stats = search_layout(
+            problem, best, deadline=deadline, max_evaluations=evals, seed=int(seed) + 1000 * rounds,
+            cap=options.get("search_cap", 16), surrogate=float(options.get("surrogate", 0.05)))
+        if energy <= best_energy:
+            best, best_energy = found, energy
+        timings["search"] += time.perf_counter() - t
+        left = (started + time_limit - reserve) - time.perf_counter()
+        if deterministic or not search_stats.get("local_optimum") or left < 0.1 * time_limit:
+            break
+        run_limit = share * left
+        stop = MaxSeconds(run_limit)
+    stats["rounds"] = rounds
 
+    t = time.perf_counter()
     layout = Layout(best, num_rows, cluster.dp)
     from ..cost import score as full_score
-    chosen = "anneal"
-    # the anneal's best energy is <= every start's; the exact tuple decides against the
-    # warm start (never return worse than it)
+    chosen = "search" if do_search and best_energy < anneal_energy else "anneal"
+    # the exact tuple decides against the warm start (never return worse than it)
     if warm_layout is not None:
         value = full_score(instance, placement, layout, objective, demand)
         start_value = full_score(instance, placement, warm_layout, objective, demand)
@@ -658,22 +775,28 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         seeds=names, seed_energy=seed_energy, best_from=chosen, temperatures=astats.temperatures,
         steps=astats.steps, proposals=astats.proposals, accepted=astats.accepted,
         moves_per_second=astats.proposals / max(astats.seconds, 1e-9), t_start=astats.t_start, t_end=astats.t_end,
-        energy=best_energy, eps=problem.eps)
-    bound_stats = report_bounds(instance, placement, num_rows, objective, demand,
-                                baseline=options.get("report_baseline", True), ffd=seeds.get("ffd"))
+        anneal_energy=anneal_energy, energy=best_energy, eps=problem.eps, search=search_stats)
     stats.update(bound_stats)
     stats["timings"] = timings
-    result = plan_result(instance, placement, layout, objective, solver="heuristic",
-                         seconds=time.perf_counter() - started, status=FEASIBLE,
-                         bound=bound_stats.get("lower_bound"), stats=stats, demand_by_rank=demand)
-    base = stats.get("baseline_score")
-    if base:
-        # relative reduction of the primary against identity + ffd on the same window
-        result.stats["improvement"] = (base[0] - result.score[0]) / base[0]
+    # what plan_result does, without recomputing the analytic bounds (one pass over a[i,l,e])
+    from ..cost import layout_costs
+    value = objective.evaluate(layout_costs(instance, placement, layout, demand))
+    stats["primary_proven"] = bool(stats["lower_bound"] >= value[0] * (1 - 1e-9))
+    timings["score"] = time.perf_counter() - t
+    result = Result(FEASIBLE, Plan(placement, layout, objective.name, value, stats), value, stats["lower_bound"],
+                    time.perf_counter() - started, "heuristic", stats)
+    if options.get("report_baseline", True):
+        # report only (not part of the plan's time): identity + ffd on the same window
+        t = time.perf_counter()
+        base = baseline_score(instance, num_rows, objective, seeds.get("ffd"))
+        result.stats.update(base)
+        if base.get("baseline_score"):
+            result.stats["improvement"] = (base["baseline_score"][0] - result.score[0]) / base["baseline_score"][0]
+        result.stats["report_seconds"] = time.perf_counter() - t
     return result
 
 
-def strong_bounds(instance: Instance, num_rows: int):
+def strong_bounds(instance: Instance, num_rows: int, load: np.ndarray | None = None, base=None):
     """:class:`rp_opt.cost.CostBounds` valid for every placement, with the expert total
     sum_{r,g} X >= gamma sum_l LB_l where LB_l is the pigeonhole bound on the best max rank
     load of layer l (:func:`rp_opt.placement.placement_lower_bound`, >= MODEL.md's
@@ -683,40 +806,60 @@ def strong_bounds(instance: Instance, num_rows: int):
 
     from ..cost import cost_bounds
 
-    base = cost_bounds(instance, num_rows)
+    base = cost_bounds(instance, num_rows) if base is None else base
     try:
         from ..placement import placement_lower_bound
     except ImportError:
         return base
-    lb = placement_lower_bound(instance.window.expert_load(), instance.cluster.ep)
+    load = instance.window.expert_load() if load is None else load
+    lb = placement_lower_bound(load, instance.cluster.ep)
     expert_total = instance.cost.gamma * float(np.sum(lb))
     return replace(base, expert_total=max(base.expert_total, expert_total))
 
 
 def report_bounds(instance: Instance, placement: Placement, num_rows: int, objective, demand_by_rank,
-                  baseline: bool = True, ffd: Layout | None = None) -> dict:
-    """Lower bounds on the primary and the baseline's score (identity + ffd) for the report.
+                  baseline: bool = True, ffd: Layout | None = None, load: np.ndarray | None = None) -> dict:
+    """Lower bounds on the primary (and, with ``baseline``, the baseline's score).
 
     ``lower_bound`` holds for every placement and layout of ``num_rows`` rows (MODEL.md
     analytic bounds with the placement-free expert bound strengthened by the pigeonhole
     bound of :func:`rp_opt.placement.placement_lower_bound`); ``placement_bound`` holds
-    only for this placement (the packing's own gap).
+    only for this placement (the packing's own gap). Reuses ``demand_by_rank`` and
+    ``load`` (= ``window.expert_load()``) instead of recomputing them.
     """
-    from ..cost import cost_bounds
+    from dataclasses import replace
 
     out: dict = {}
     objective = get_objective(objective)
-    out["analytic_bound"] = cost_bounds(instance, num_rows).objective(objective)[0]
-    out["lower_bound"] = max(out["analytic_bound"], strong_bounds(instance, num_rows).objective(objective)[0])
-    out["placement_bound"] = cost_bounds(instance, num_rows, placement).objective(objective)[0]
+    from ..cost import cost_bounds
+    analytic = cost_bounds(instance, num_rows)
+    strong = strong_bounds(instance, num_rows, load, analytic)
+    out["analytic_bounds"] = analytic
+    out["analytic_bound"] = analytic.objective(objective)[0]
+    out["lower_bound"] = max(out["analytic_bound"], strong.objective(objective)[0])
+    # this placement: Eq. 4 with its aggregate rank loads, and each sample's own peak
+    gamma = instance.cost.gamma
+    rank_loads = demand_by_rank.sum(axis=0)                                # [L, P]
+    own = replace(analytic, expert_total=gamma * float(rank_loads.max(axis=1).sum()),
+                  sample_expert=gamma * demand_by_rank.max(axis=2).sum(axis=1).astype(np.float64))
+    out["placement_bound"] = own.objective(objective)[0]
     if baseline:
-        from ..cost import score as full_score
-        from .baseline import pack
-        try:
-            layout = ffd if ffd is not None else pack(instance, "ffd", num_rows)[0]
-            identity = Placement.identity(instance.window.num_layers, instance.window.num_experts, instance.cluster.ep)
-            out["baseline_score"] = list(full_score(instance, identity, layout, objective))
-            out["baseline_rows"] = layout.num_rows
-        except InputError as exc:
-            out["baseline_error"] = str(exc)
+        out.update(baseline_score(instance, num_rows, objective, ffd))
+    return out
+
+
+def baseline_score(instance: Instance, num_rows: int, objective, ffd: Layout | None = None) -> dict:
+    """Score of the baseline plan identity placement + ffd packing (for the report)."""
+    from ..cost import score as full_score
+    from .baseline import pack
+
+    out: dict = {}
+    try:
+        layout = ffd if ffd is not None else pack(instance, "ffd", num_rows)[0]
+        identity = Placement.identity(instance.window.num_layers, instance.window.num_experts, instance.cluster.ep)
+        out["baseline_score"] = list(full_score(instance, identity, layout, objective,
+                                                fast_rank_demand(instance.window, identity)))
+        out["baseline_rows"] = layout.num_rows
+    except InputError as exc:
+        out["baseline_error"] = str(exc)
     return out

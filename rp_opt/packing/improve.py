@@ -1,0 +1,435 @@
+"""Vectorised best-improvement search between pairs of (row, shard) blocks.
+
+A *block* is one (row, shard) pair b = r*G + g: its D/G cells share the expert cost
+X[b] = gamma sum_l max_p W[b,l,p] and the attention cost A[b] = sum_s n_s max_{d in g} (...).
+For two blocks b1 != b2 the search evaluates EVERY move between them at once with numpy:
+
+- swaps (i in b1, j in b2): W[b1] - dem_i + dem_j and W[b2] + dem_i - dem_j for all n1 x n2
+  pairs as one [n1, n2, P, L] array (max over P, sum over L), the attention of the two
+  touched cells per stage against the maximum of the shard's other cells, capacity of both
+  cells as a mask;
+- relocations of i in b1 to each cell of b2 (and of j in b2 to each cell of b1): the
+  source cell keeps a sample, capacity and the per-cell limit m of the target.
+
+The objective change of every candidate is exact (:func:`pair_delta`): the lexicographic
+energy of :mod:`.anneal` with only the two blocks' entries of A and X replaced, computed
+from scalars of the untouched rows / shards (O(1) per candidate and aggregate). The best
+candidate is applied when it lowers the energy. Blocks are chosen where the objective is
+decided: for ``sync`` the block holding each row's maximum against any other block (a
+block of the same row fixes the row's balance across shards; a block of another row
+trades expert peaks between rows, which is where routing correlation leaves headroom).
+Block pairs evaluated without success are remembered until either row changes.
+
+One evaluation costs about n1 n2 L P element operations (32 x 32 x 384 ~ 4e5 at the
+production window): hundreds to thousands of block pairs a second on one core.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .anneal import Problem, State, load_layouts
+
+
+def _groups(problem: Problem, axis: int, block: int) -> tuple[int, int]:
+    """(group, position) of ``block`` in the [R, G] matrix reduced over ``axis``."""
+    r, g = divmod(block, problem.shards)
+    return (r, g) if axis == 1 else (g, r)
+
+
+def pair_delta(problem: Problem, attention: np.ndarray, expert: np.ndarray, b1: int, b2: int,
+               a1: np.ndarray, x1: np.ndarray, a2: np.ndarray, x2: np.ndarray) -> np.ndarray:
+    """[M] change of the energy (:meth:`Problem.energy`) when A[b1], X[b1], A[b2], X[b2]
+    become a1, x1, a2, x2 (b1 != b2); every other entry stays.
+
+    Each aggregate ``outer_groups inner_within m`` (m = wa A + wx X as [R, G]) changes in at
+    most two groups: the new group values come from the group's untouched entries (a
+    scalar) and the new entries; the outer reduction from the untouched groups (a scalar).
+    The old value is computed the same way, so the difference has no cancellation beyond
+    one rounding of each level.
+    """
+    total = np.zeros(np.shape(a1))
+    for wa, wx, inner, axis, outer, coef in problem.aggregates:
+        if coef == 0.0:
+            continue
+        m = (wa * attention + wx * expert).reshape(problem.rows, problem.shards)
+        mg = m if axis == 1 else m.T                     # [groups, positions]
+        v1 = wa * a1 + wx * x1
+        v2 = wa * a2 + wx * x2
+        (g1, q1), (g2, q2) = _groups(problem, axis, b1), _groups(problem, axis, b2)
+        group_val = mg.sum(axis=1) if inner == "sum" else mg.max(axis=1)
+
+        def group_new(g, drop, values):
+            rest = np.delete(mg[g], drop)
+            if inner == "sum":
+                return rest.sum() + sum(values)
+            out = values[0]
+            for v in values[1:]:
+                out = np.maximum(out, v)
+            return np.maximum(out, rest.max()) if rest.size else out
+
+        if g1 == g2:
+            changed, news = [g1], [group_new(g1, [q1, q2], [v1, v2])]
+        else:
+            changed, news = [g1, g2], [group_new(g1, [q1], [v1]), group_new(g2, [q2], [v2])]
+        others = np.delete(group_val, changed)
+        old = group_val[changed]
+        if outer == "sum":
+            delta = sum(news) - old.sum()
+        else:
+            base = others.max() if others.size else -np.inf
+            new = news[0] if len(news) == 1 else np.maximum(news[0], news[1])
+            delta = np.maximum(new, base) - max(float(old.max()), base)
+        total += coef * delta
+    return total
+
+
+@dataclass
+class SearchStats:
+    evaluations: int = 0        # block pairs evaluated
+    candidates: int = 0         # moves evaluated (swaps + relocations)
+    improvements: int = 0       # moves applied
+    seconds: float = 0.0
+    local_optimum: bool = False
+    history: list = field(default_factory=list)
+
+
+class BlockSearch:
+    """Best-improvement block-pair search on one layout (a one-replica :class:`State`).
+
+    Parameters
+    ----------
+    problem
+        The kernel's :class:`Problem` (:func:`rp_opt.packing.anneal.make_problem`).
+    cell_of
+        Starting layout (cell of every sample), valid for R* rows.
+    """
+
+    def __init__(self, problem: Problem, cell_of: np.ndarray, cap: int | None = None, seed=0):
+        self.p = p = problem
+        self.cap = cap
+        self.rng = np.random.default_rng(seed)
+        self.subsampled = False
+        self.state = State(problem, 1)
+        load_layouts(problem, self.state, [0], [cell_of])
+        self.work = p.alpha[:, None] * p.lengths[None, :] + p.beta[:, None] * p.work[None, :]   # [S, N]
+        self.pair_of_sample = p.pair_of_cell[self.state.cell_of[0]].astype(np.int64)
+        self.row_version = np.zeros(p.rows, dtype=np.int64)
+        self.clean: dict = {}
+        k = p.per_shard
+        self._off = ~np.eye(k, dtype=bool)           # [k, k]: other cells of the shard
+
+    # -- evaluation -----------------------------------------------------------------
+
+    def _shard_work(self, b: int):
+        """Per-stage work of the block's cells [S, k] and the max over the other cells [S, k]."""
+        p, st = self.p, self.state
+        cells = p.cells_of_pair[b]
+        w = p.alpha[:, None] * st.tokens[0, cells][None] + p.beta[:, None] * st.qwork[0, cells][None]
+        if p.per_shard == 1:
+            return cells, w, np.full_like(w, -np.inf)
+        excl = np.where(self._off[None], w[:, None, :], -np.inf).max(axis=2)
+        return cells, w, excl
+
+    def evaluate(self, b1: int, b2: int):
+        """The best move between blocks b1 and b2: (delta energy, move) or (inf, None)."""
+        p, st = self.p, self.state
+        cell_of, tokens, count = st.cell_of[0], st.tokens[0], st.count[0]
+        I = np.flatnonzero(self.pair_of_sample == b1)
+        J = np.flatnonzero(self.pair_of_sample == b2)
+        self.subsampled = False
+        if self.cap is not None and max(I.size, J.size) > self.cap:
+            # bounded work per block pair: a random subset of each large block's samples
+            self.subsampled = True
+            if I.size > self.cap:
+                I = np.sort(self.rng.choice(I, self.cap, replace=False))
+            if J.size > self.cap:
+                J = np.sort(self.rng.choice(J, self.cap, replace=False))
+        ci, cj = cell_of[I].astype(np.int64), cell_of[J].astype(np.int64)
+        li, lj = ci % p.per_shard, cj % p.per_shard
+        cells1, w1, ex1 = self._shard_work(b1)
+        cells2, w2, ex2 = self._shard_work(b2)
+        TI, TJ = p.lengths[I], p.lengths[J]
+        wI, wJ = self.work[:, I], self.work[:, J]                       # [S, n]
+        n1, n2, shape = I.size, J.size, (p.num_ranks, p.num_layers)
+        DI, DJ = p.demand[I], p.demand[J]
+        W1, W2 = st.loads[0, b1], st.loads[0, b2]
+        gamma, layers = p.gamma, p.layers
+
+        # swaps (i, j): cell ci gets T_j - T_i, cell cj the opposite
+        dT = TJ[None, :] - TI[:, None]
+        ok_s = (tokens[ci][:, None] + dT <= p.capacity) & (tokens[cj][None, :] - dT <= p.capacity)
+        dw = wJ[:, None, :] - wI[:, :, None]                            # [S, n1, n2]
+        a1_s = layers @ np.maximum(ex1[:, li][:, :, None], w1[:, li][:, :, None] + dw).reshape(len(layers), -1)
+        a2_s = layers @ np.maximum(ex2[:, lj][:, None, :], w2[:, lj][:, None, :] - dw).reshape(len(layers), -1)
+        U1 = W1[None] - DI                                              # [n1, PL]
+        U2 = W2[None] - DJ                                              # [n2, PL]
+        x1_s = gamma * (U1[:, None, :] + DJ[None]).reshape(n1 * n2, *shape).max(axis=1).sum(axis=1)
+        x2_s = gamma * (U2[None, :, :] + DI[:, None]).reshape(n1 * n2, *shape).max(axis=1).sum(axis=1)
+
+        # relocations i -> cell of b2 [n1, k] and j -> cell of b1 [n2, k]
+        k = p.per_shard
+        limit = p.limit if p.limit is not None else np.iinfo(np.int64).max
+        ok_r1 = (count[ci] > 1)[:, None] & (tokens[cells2][None] + TI[:, None] <= p.capacity) \
+            & (count[cells2] < limit)[None]
+        ok_r2 = (count[cj] > 1)[:, None] & (tokens[cells1][None] + TJ[:, None] <= p.capacity) \
+            & (count[cells1] < limit)[None]
+        a1_r1 = layers @ np.maximum(ex1[:, li], w1[:, li] - wI)                                   # [n1]
+        a2_r1 = layers @ np.maximum(ex2[:, None, :], w2[:, None, :] + wI[:, :, None]).reshape(len(layers), -1)
+        x1_r1 = gamma * U1.reshape(n1, *shape).max(axis=1).sum(axis=1)
+        x2_r1 = gamma * (W2[None] + DI).reshape(n1, *shape).max(axis=1).sum(axis=1)
+        a2_r2 = layers @ np.maximum(ex2[:, lj], w2[:, lj] - wJ)                                   # [n2]
+        a1_r2 = layers @ np.maximum(ex1[:, None, :], w1[:, None, :] + wJ[:, :, None]).reshape(len(layers), -1)
+        x2_r2 = gamma * U2.reshape(n2, *shape).max(axis=1).sum(axis=1)
+        x1_r2 = gamma * (W1[None] + DJ).reshape(n2, *shape).max(axis=1).sum(axis=1)
+
+        a1 = np.concatenate([a1_s, np.repeat(a1_r1, k), a1_r2])
+        a2 = np.concatenate([a2_s, a2_r1, np.repeat(a2_r2, k)])
+        x1 = np.concatenate([x1_s, np.repeat(x1_r1, k), np.repeat(x1_r2, k)])
+        x2 = np.concatenate([x2_s, np.repeat(x2_r1, k), np.repeat(x2_r2, k)])
+        ok = np.concatenate([ok_s.ravel(), ok_r1.ravel(), ok_r2.ravel()])
+        self.last_candidates = ok.size
+        if not ok.any():
+            return np.inf, None
+        delta = pair_delta(p, st.attention[0], st.expert[0], b1, b2, a1, x1, a2, x2)
+        delta = np.where(ok, delta, np.inf)
+        best = int(np.argmin(delta))
+        if not np.isfinite(delta[best]):
+            return np.inf, None
+        ns = n1 * n2
+        if best < ns:
+            move = ("swap", int(I[best // n2]), int(J[best % n2]), None)
+        elif best < ns + n1 * k:
+            q = best - ns
+            move = ("move", int(I[q // k]), None, int(cells2[q % k]))
+        else:
+            q = best - ns - n1 * k
+            move = ("move", int(J[q // k]), None, int(cells1[q % k]))
+        return float(delta[best]), move
+
+    # -- applying a move ------------------------------------------------------------------
+
+    def apply(self, move) -> None:
+        """Apply ("swap", i, j, None) or ("move", i, None, target cell); update the state
+        incrementally (cells, loads of the two blocks, A, X of the two blocks, energy)."""
+        p, st = self.p, self.state
+        kind, i, j, target = move
+        cell_of = st.cell_of[0]
+        c1 = int(cell_of[i])
+        c2 = int(cell_of[j]) if kind == "swap" else int(target)
+        b1, b2 = int(p.pair_of_cell[c1]), int(p.pair_of_cell[c2])
+        dem = p.demand[i].astype(np.int32)
+        d_tok, d_q = p.lengths[i], p.work[i]
+        if kind == "swap":
+            dem = dem - p.demand[j]
+            d_tok, d_q = d_tok - p.lengths[j], d_q - p.work[j]
+            cell_of[j] = c1
+            self.pair_of_sample[j] = b1
+        else:
+            st.count[0, c1] -= 1
+            st.count[0, c2] += 1
+        cell_of[i] = c2
+        self.pair_of_sample[i] = b2
+        st.tokens[0, c1] -= d_tok
+        st.tokens[0, c2] += d_tok
+        st.qwork[0, c1] -= d_q
+        st.qwork[0, c2] += d_q
+        st.loads[0, b1] -= dem
+        st.loads[0, b2] += dem
+        for b in {b1, b2}:
+            st.expert[0, b] = p.gamma * st.loads[0, b].reshape(p.num_ranks, p.num_layers).max(axis=0).sum()
+            cells = p.cells_of_pair[b]
+            t, q = st.tokens[0, cells], st.qwork[0, cells]
+            st.attention[0, b] = p.layers @ (p.alpha[:, None] * t[None] + p.beta[:, None] * q[None]).max(axis=1)
+        st.energy[0] = p.energy(st.attention[:1], st.expert[:1])[0]
+        self.row_version[b1 // p.shards] += 1
+        self.row_version[b2 // p.shards] += 1
+
+    # -- the search -------------------------------------------------------------------------
+
+    def critical_blocks(self) -> np.ndarray:
+        """Blocks that decide the primary: each group's maximum when the primary's first
+        aggregate has an inner max (sync: every row's worst shard), all blocks of the
+        worst group when its outer is a max (shard: the slowest shard), else all blocks."""
+        p, st = self.p, self.state
+        wa, wx, inner, axis, outer, _ = p.aggregates[0]
+        m = (wa * st.attention[0] + wx * st.expert[0]).reshape(p.rows, p.shards)
+        blocks = np.arange(p.num_pairs).reshape(p.rows, p.shards)
+        mg, bg = (m, blocks) if axis == 1 else (m.T, blocks.T)
+        if inner == "max":
+            crit = bg[np.arange(bg.shape[0]), mg.argmax(axis=1)]
+            return crit[np.argsort(-mg.max(axis=1), kind="stable")]
+        if outer == "max":
+            g = int(np.argmax(mg.sum(axis=1)))
+            return bg[g][np.argsort(-mg[g], kind="stable")]
+        return np.argsort(-m.ravel(), kind="stable")
+
+    def _key(self, b1: int, b2: int):
+        g = self.p.shards
+        return (self.row_version[b1 // g], self.row_version[b2 // g])
+
+    def try_pair(self, b1: int, b2: int, stats: SearchStats, tol: float) -> bool:
+        key = (min(b1, b2), max(b1, b2))
+        if self.clean.get(key) == self._key(b1, b2):
+            return False
+        delta, move = self.evaluate(b1, b2)
+        stats.evaluations += 1
+        stats.candidates += self.last_candidates
+        if move is not None and delta < -tol:
+            self.apply(move)
+            stats.improvements += 1
+            return True
+        if not self.subsampled:
+            self.clean[key] = self._key(b1, b2)
+        return False
+
+    def sweep(self, deadline: float, rng: np.random.Generator, max_evaluations: int | None = None,
+              stats: SearchStats | None = None) -> SearchStats:
+        """First-improvement passes over ALL block pairs in random order (best move within
+        each pair) until a pass improves nothing, ``deadline`` or ``max_evaluations``."""
+        p = self.p
+        stats = SearchStats() if stats is None else stats
+        started = time.perf_counter()
+        nb = p.num_pairs
+        a, b = np.triu_indices(nb, 1)
+        while True:
+            improved = False
+            tol = 1e-15 * abs(float(self.state.energy[0])) + 1e-300
+            for q in rng.permutation(a.size).tolist():
+                if time.perf_counter() >= deadline or (max_evaluations is not None
+                                                       and stats.evaluations >= max_evaluations):
+                    stats.seconds += time.perf_counter() - started
+                    return stats
+                improved |= self.try_pair(int(a[q]), int(b[q]), stats, tol)
+            if not improved:
+                stats.local_optimum = True
+                break
+        stats.seconds += time.perf_counter() - started
+        return stats
+
+    def potentials(self, blocks=None) -> np.ndarray:
+        """[len(blocks), nb] what an exchange between two blocks could gain at most in
+        expert cost if it split their union evenly: X[a] + X[b] - X(W[a] + W[b]) / 2 ... i.e.
+        gamma sum_l (max_p W[a] + max_p W[b] - 2 max_p (W[a] + W[b]) / 2) >= 0; large when
+        the two blocks' rank peaks fall on different ranks (complementary routing). For the
+        rows of ``sync`` it adds |J[a] - J[b]| / 2 for two blocks of one row when either
+        holds the row's maximum (what a perfect exchange would shave off the row)."""
+        p, st = self.p, self.state
+        nb = p.num_pairs
+        blocks = np.arange(nb) if blocks is None else np.asarray(blocks)
+        loads = st.loads[0]
+        shape = (p.num_ranks, p.num_layers)
+        merged = (loads[blocks][:, None, :] + loads[None, :, :]).reshape(blocks.size, nb, *shape)
+        joint = p.gamma * merged.max(axis=2).sum(axis=2)
+        pot = st.expert[0][blocks][:, None] + st.expert[0][None, :] - joint
+        j = (st.attention[0] + st.expert[0]).reshape(p.rows, p.shards)
+        row = np.arange(nb) // p.shards
+        top = np.zeros(nb, dtype=bool)
+        top[row * p.shards + 0] = False
+        top[np.arange(p.rows) * p.shards + j.argmax(axis=1)] = True
+        jb = j.ravel()
+        same = (row[blocks][:, None] == row[None, :]) & (top[blocks][:, None] | top[None, :])
+        pot = pot + np.where(same, np.abs(jb[blocks][:, None] - jb[None, :]) / 2, 0.0)
+        pot[np.arange(blocks.size), blocks] = -np.inf
+        return pot
+
+    def guided(self, deadline: float, rng: np.random.Generator, max_evaluations: int | None = None,
+               refresh: int = 64) -> SearchStats:
+        """Evaluate block pairs in decreasing :meth:`potentials` (not yet evaluated since
+        either block's rows changed) until ``deadline``, ``max_evaluations`` or none is left
+        with a positive potential (a local optimum of the guided neighbourhood)."""
+        p = self.p
+        stats = SearchStats()
+        started = time.perf_counter()
+        nb, g = p.num_pairs, p.shards
+        pot = self.potentials()
+        tried = np.zeros((nb, nb), dtype=bool)
+        since = 0
+        while time.perf_counter() < deadline and (max_evaluations is None or stats.evaluations < max_evaluations):
+            masked = np.where(tried, -np.inf, pot)
+            q = int(np.argmax(masked))
+            b1, b2 = divmod(q, nb)
+            if not masked[b1, b2] > 0:
+                stats.local_optimum = True
+                break
+            tried[b1, b2] = tried[b2, b1] = True
+            tol = 1e-15 * abs(float(self.state.energy[0])) + 1e-300
+            self.clean.pop((min(b1, b2), max(b1, b2)), None)
+            if self.try_pair(b1, b2, stats, tol):
+                rows = {b1 // g, b2 // g}
+                changed = np.concatenate([np.arange(r * g, (r + 1) * g) for r in rows])
+                tried[changed, :] = False
+                tried[:, changed] = False
+                since += 1
+                if since >= refresh:
+                    pot, since = self.potentials(), 0
+                else:
+                    fresh = self.potentials(changed)
+                    pot[changed, :] = fresh
+                    pot[:, changed] = fresh.T
+        stats.seconds = time.perf_counter() - started
+        return stats
+
+    def run(self, deadline: float, rng: np.random.Generator, same_row_share: float = 0.5,
+            max_evaluations: int | None = None) -> SearchStats:
+        """Improve until ``deadline`` (perf_counter), ``max_evaluations`` block pairs, or a
+        local optimum (no critical block improves with any block, and no random block pair
+        improves either). Returns the search statistics."""
+        p, st = self.p, self.state
+        stats = SearchStats()
+        started = time.perf_counter()
+        nb, g = p.num_pairs, p.shards
+
+        def out_of_budget():
+            return time.perf_counter() >= deadline or (max_evaluations is not None
+                                                       and stats.evaluations >= max_evaluations)
+
+        while not out_of_budget():
+            tol = 1e-15 * abs(float(st.energy[0])) + 1e-300
+            improved = False
+            for b1 in self.critical_blocks():
+                b1 = int(b1)
+                r1 = b1 // g
+                # partners: the same row first (share), then every other block in random order
+                same = [r1 * g + q for q in range(g) if r1 * g + q != b1]
+                others = [b for b in rng.permutation(nb).tolist() if b // g != r1]
+                if same and rng.random() < same_row_share:
+                    order = list(rng.permutation(same)) + others
+                else:
+                    order = others + list(rng.permutation(same))
+                for b2 in order:
+                    if out_of_budget():
+                        break
+                    if self.try_pair(b1, int(b2), stats, tol):
+                        improved = True
+                        break
+                if improved or out_of_budget():
+                    break
+            if improved:
+                continue
+            # no critical block improves: random non-critical pairs lower the later levels
+            # (sum J), which makes room for the primary
+            for _ in range(4 * nb):
+                if out_of_budget():
+                    break
+                b1, b2 = (int(b) for b in rng.choice(nb, 2, replace=False))
+                if self.try_pair(b1, b2, stats, tol):
+                    improved = True
+                    break
+            if not improved:
+                stats.local_optimum = not out_of_budget()
+                break
+        stats.seconds = time.perf_counter() - started
+        return stats
+
+    def layout(self) -> np.ndarray:
+        return self.state.cell_of[0].astype(np.int64)
+
+    def energy(self) -> float:
+        return float(self.state.energy[0])
+
+    def close(self):
+        self.state.close()
