@@ -111,7 +111,7 @@ def _better(a: tuple, b: tuple, rel: float = 1e-9) -> bool:
 def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, objective="sync",
                   time_limit: float = 60.0, seed: int = 0, start: Layout | None = None,
                   backend: str = "cpsat", symmetry: bool = True, tighten: bool = True,
-                  workers: int = 8, solver_name: str = "exact") -> Result:
+                  workers: int = 8, mip_start: bool = False, solver_name: str = "exact") -> Result:
     """Optimal layout of ``instance`` for a fixed ``placement`` and ``num_rows`` rows.
 
     Parameters
@@ -131,6 +131,9 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         Symmetry-breaking chains; Eq. 4 and average bounds as constraints.
     workers
         CP-SAT workers (HiGHS runs one thread).
+    mip_start
+        HiGHS only: pass ``start`` as a MIP start (HiGHS then runs without presolve, see
+        :mod:`.pyomo_model` for the HiGHS 1.16 bug this avoids); CP-SAT always gets hints.
 
     Returns
     -------
@@ -174,7 +177,7 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     else:
         from .pyomo_model import PyomoPacking
 
-        builder = PyomoPacking(data, obj, mode, tighten=tighten, eq4=eq4)
+        builder = PyomoPacking(data, obj, mode, tighten=tighten, eq4=eq4, mip_start=mip_start)
         out = builder.solve(budget, seed=seed, start=start)
     stats["build_seconds"] = None
     return _result(instance, placement, obj, out, start, start_score, stats, t0, solver_name, int(num_rows))
@@ -236,10 +239,11 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
     backend
         ``cpsat`` (default, faster in the measurements of ``scripts/bench_exact.py``) or ``highs``.
     options
-        ``symmetry`` (bool), ``tighten`` (bool), ``workers`` (int): see :func:`solve_packing`.
+        ``symmetry`` (bool), ``tighten`` (bool), ``workers`` (int), ``mip_start`` (bool): see
+        :func:`solve_packing`.
     """
     t0 = time.perf_counter()
-    unknown = set(options) - {"symmetry", "tighten", "workers"}
+    unknown = set(options) - {"symmetry", "tighten", "workers", "mip_start"}
     require(not unknown, "options", f"unknown option(s) {sorted(unknown)} for solver exact")
     require(time_limit is not None and time_limit > 0, "time_limit", f"must be > 0, got {time_limit!r}")
     if placement is None:

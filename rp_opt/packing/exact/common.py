@@ -159,6 +159,34 @@ def aggregate_count(agg: Aggregate, num_rows: int, num_shards: int) -> int:
     return (inner_len if agg.inner == "sum" else 1) * (outer_len if agg.outer == "sum" else 1)
 
 
+def aggregate_key(agg: Aggregate, num_rows: int, num_shards: int) -> tuple:
+    """A key equal for two aggregates exactly when they are the same function of the
+    R x G matrix M = wa A + wx X: a reduction over an axis of length 1 is the identity,
+    and max-of-max / sum-of-sum do not depend on the order of the axes."""
+    red = {"rows": agg.inner if agg.over == "rows" else agg.outer,
+           "shards": agg.inner if agg.over == "shards" else agg.outer}
+    if num_rows == 1:
+        form = ("shards", red["shards"]) if num_shards > 1 else ("entry",)
+    elif num_shards == 1:
+        form = ("rows", red["rows"])
+    elif agg.inner == agg.outer:
+        form = ("both", agg.inner)
+    else:
+        form = (agg.over, agg.inner, agg.outer)
+    return form, float(agg.attention), float(agg.expert)
+
+
+def level_key(level, num_rows: int, num_shards: int) -> tuple:
+    """Key of a level (sum_k c_k aggregate_k): equal keys are the same function of J for
+    this shape, so a lexicographic sequence need not optimise a repeated level."""
+    acc: dict = {}
+    for coef, agg in level:
+        form, wa, wx = aggregate_key(agg, num_rows, num_shards)
+        # c (wa A + wx X) under one form: identical when the scaled weights are
+        acc.setdefault(form, []).append((float(coef) * wa, float(coef) * wx))
+    return tuple(sorted((form, tuple(sorted(v))) for form, v in acc.items()))
+
+
 def symmetry_mode(objective: Objective) -> str:
     """Which block permutations leave every level of ``objective`` unchanged.
 
@@ -347,10 +375,10 @@ def rational(x: float, limit: int = 1000) -> Fraction:
 class IntegerScale:
     """Integer data of the CP-SAT model and the error rounding can cause.
 
-    ``att_int[s, i] = round(Ka att[s, i])``; the model's J_int = cA sum_s a + gamma_int
-    sum_l x is K (A + X) up to rounding, with K = Ka cA and gamma_int = round(K gamma).
+    ``att_int[s, i] = round(K att[s, i])``; the model's J_int = att_mult sum_s a + gamma_int
+    sum_l x is K (A + X) up to rounding, with gamma_int = round(K gamma) (att_mult = 1).
 
-    Per entry of J: |A_int / K - A| <= 0.5 S n_cell / Ka (each of the at most n_cell
+    Per entry of J: |A_int / K - A| <= 0.5 S n_cell / K (each of the at most n_cell
     samples of a cell is rounded by <= 1/2 per stage; a max of sums moves by at most the
     largest move), |X_int / K - X| <= |gamma_int / K - gamma| * Xcap, with Xcap >= any
     shard's sum_l max_p W.
@@ -366,30 +394,37 @@ class IntegerScale:
     upper_expert: float
 
 
-def integer_scale(data: PackingData, demand_cap: float) -> IntegerScale:
-    """Choose the scale: per-sample attention work ~2^20 (Ka), gamma K >= 1e4 (so gamma is
-    rounded by < 5e-5 relative), and every J entry below ~2^50 (no int64 overflow).
+def integer_scale(data: PackingData, demand_cap: float, target: float = 2.0 ** 17) -> IntegerScale:
+    """Choose the scale K: J_int = K J up to rounding, with small integer coefficients
+    (large ones slow CP-SAT's propagation and LP) and a rounding error that is reported.
+
+    With gamma > 0, K = q / gamma for an integer q, so gamma_int = q is exact (no expert
+    rounding) and the largest per-sample attention work becomes about ``target`` (2^17:
+    each sample's work is rounded by <= 0.5 / 2^17 of the largest); when that would need
+    attention coefficients above 2^24 (gamma tiny next to attention), K = 2^24 / max att
+    and gamma is rounded (the error is then counted in ``err_expert``).
 
     ``demand_cap`` bounds sum_l max_p W of any (row, shard) in tokens.
     """
     amax = float(data.att.max()) if data.att.size else 0.0
-    Ka0 = (2.0 ** 20) / amax if amax > 0 else 1.0
-    K = max(Ka0, 1e4 / data.gamma) if data.gamma > 0 else Ka0
-    if data.gamma > 0 and demand_cap > 0:
-        K = min(K, 2.0 ** 50 / (data.gamma * demand_cap))
-    if amax > 0:
-        K = min(K, 2.0 ** 50 / float(data.att.sum()))
-    if K >= Ka0:
-        cA = int(min(10 ** 6, max(1, round(K / Ka0))))
-        Ka = K / cA
+    gamma = float(data.gamma)
+    if gamma > 0 and amax > 0:
+        q = max(1, int(round(target * gamma / amax)))
+        K = q / gamma
+        if K * amax > 2.0 ** 24:
+            K = 2.0 ** 24 / amax
+    elif gamma > 0:
+        K = 1.0 / gamma
+    elif amax > 0:
+        K = target / amax
     else:
-        cA, Ka = 1, K
-    att_int = np.rint(data.att * Ka).astype(np.int64)
-    gamma_int = int(round(K * data.gamma))
+        K = 1.0
+    att_int = np.rint(data.att * K).astype(np.int64)
+    gamma_int = int(round(K * gamma))
     n_cell = data.max_cell_samples
-    err_a = 0.5 * data.att.shape[0] * n_cell / Ka if amax > 0 else 0.0
-    err_x = abs(gamma_int / K - data.gamma) * demand_cap
-    return IntegerScale(att_int, cA, gamma_int, K, err_a, err_x, float(data.att.sum()), data.gamma * demand_cap)
+    err_a = 0.5 * data.att.shape[0] * n_cell / K if amax > 0 else 0.0
+    err_x = abs(gamma_int / K - gamma) * demand_cap
+    return IntegerScale(att_int, 1, gamma_int, K, err_a, err_x, float(data.att.sum()), gamma * demand_cap)
 
 
 # ---------------------------------------------------------------------------------------

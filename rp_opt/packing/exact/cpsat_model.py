@@ -3,7 +3,15 @@
 Costs are scaled and rounded (:class:`~.common.IntegerScale`); the bound on how far the
 rounding can move a level is computed per level (``rounding``) and returned in the stats.
 The lexicographic objective is a sequence of solves; level k is then held at its integer
-optimum exactly (``level_k <= v_k``), so no tolerance is needed.
+optimum exactly (``level_k <= v_k``), so no tolerance is needed. A level that is the same
+function of J as an earlier one for this shape (e.g. with G = 1, sync's sum_r max_g J is
+sum J; with R = G = 1 every level is J[0,0]) is not solved again: the held constraint
+already fixes it at its optimum (:func:`~.common.level_key`).
+
+Variables: y[i,c] (sample i in cell c), z[i,b] = sum_{c in b} y[i,c] (sample i in block
+b = (r,g); the expert loads are sums over blocks, so they are written with z: N terms per
+load instead of N k, and constants when there is one block), a[b,s] (attention epigraph of
+stage s), x[b,l] (expert epigraph of layer l).
 """
 
 from __future__ import annotations
@@ -12,14 +20,13 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 import numpy as np
 from ortools.sat.python import cp_model
 
 from ...cost import Objective
 from ...solution import Layout
-from .common import (Budget, PackingData, aggregate_count, integer_scale, linearize_aggregate, rational,
+from .common import (Budget, PackingData, aggregate_count, integer_scale, level_key, linearize_aggregate, rational,
                      symmetry_chains)
 
 log = logging.getLogger("rp_opt")
@@ -51,6 +58,10 @@ def _lcm(values) -> int:
     return out
 
 
+def _wsum(vs, coefs):
+    return cp_model.LinearExpr.weighted_sum(list(vs), [int(c) for c in coefs])
+
+
 class CpsatPacking:
     """Builds the model once; :meth:`solve` runs the lexicographic sequence.
 
@@ -64,11 +75,13 @@ class CpsatPacking:
         Symmetry mode (``rows``, ``cols``, ``grid``) or None for the plain model.
     expert_hook
         ``hook(builder) -> dict[(r, g, l)] -> list of linear expressions`` (the W[r,g,l,p]
-        of every rank); default: W from the fixed placement's ``data.demand``.
+        of every rank; :meth:`block` gives the block's samples and z literals); default:
+        W from the fixed placement's ``data.demand``.
     demand_cap
         Bound on sum_l max_p W of one (row, shard), in tokens.
     tighten
-        Add Eq. 4 and the average bounds as constraints on the epigraph variables.
+        Add Eq. 4, the average bounds and the single-sample bounds as constraints on the
+        epigraph variables.
     """
 
     def __init__(self, data: PackingData, objective: Objective, mode: str | None, *, expert_hook=None,
@@ -76,7 +89,7 @@ class CpsatPacking:
         self.data = data
         self.objective = objective
         self.model = m = cp_model.CpModel()
-        N, R, D, G = data.num_samples, data.num_rows, data.num_slots, data.num_shards
+        N, R, D, G, k = data.num_samples, data.num_rows, data.num_slots, data.num_shards, data.per_shard
         if demand_cap is None:
             demand_cap = float(data.demand.max(axis=2).sum()) if data.demand is not None else 0.0
         self.scale = sc = integer_scale(data, demand_cap)
@@ -97,7 +110,7 @@ class CpsatPacking:
         for c in range(data.num_cells):
             vs = [y[i, c] for i in self.members[c]]
             # sum_i T_i y[i,c] <= C                        (capacity)
-            m.add(cp_model.LinearExpr.weighted_sum(vs, [int(T[i]) for i in self.members[c]]) <= data.capacity)
+            m.add(_wsum(vs, [T[i] for i in self.members[c]]) <= data.capacity)
             # sum_i y[i,c] >= 1                            (non-empty cells)
             m.add_bool_or(vs)
             if data.max_per_cell is not None:
@@ -115,25 +128,49 @@ class CpsatPacking:
                         rhs = [y[j, c] for j, c in prev_by_i if j < i]
                         m.add(sum(lhs) <= sum(rhs))
 
-        # attention: a[r,g,s] >= sum_i att_int[s,i] y[i,(r,d)] for d in g   (epigraph of the slot max)
+        # z[i,b] = sum_{c in b} y[i,c]                    (block membership)
+        self.blocks = [(r, g) for r in range(R) for g in range(G)]
+        one = m.new_constant(1)
+        self.z = z = {}
+        for r, g in self.blocks:
+            cells = data.block_cells(r, g)
+            for i in range(N):
+                lits = [y[i, c] for c in cells if (i, c) in y]
+                if not lits:
+                    continue
+                if len(self.blocks) == 1:
+                    z[i, (r, g)] = one
+                elif len(lits) == 1:
+                    z[i, (r, g)] = lits[0]
+                else:
+                    v = m.new_bool_var(f"z[{i},{r},{g}]")
+                    m.add(sum(lits) == v)
+                    z[i, (r, g)] = v
+
+        # attention: a[b,s] >= sum_i att_int[s,i] y[i,(r,d)] for d in b   (epigraph of the slot max)
         S = sc.att_int.shape[0]
         self.a = {}
-        for r in range(R):
-            for g in range(G):
-                for s in range(S):
-                    w = sc.att_int[s]
-                    v = m.new_int_var(0, int(w.sum()), f"a[{r},{g},{s}]")
-                    self.a[r, g, s] = v
-                    for c in data.block_cells(r, g):
-                        mem = [i for i in self.members[c] if w[i] > 0]
-                        m.add(v >= cp_model.LinearExpr.weighted_sum([y[i, c] for i in mem], [int(w[i]) for i in mem]))
-        if tighten and S:
-            # sum_{r,g} a[r,g,s] >= sum_i att_int[s,i] / k   (averages: a max >= the mean of k slots)
-            k = data.per_shard
+        for r, g in self.blocks:
+            idx, zs = self.block(r, g)
             for s in range(S):
-                m.add(sum(self.a[r, g, s] for r in range(R) for g in range(G)) * k >= int(sc.att_int[s].sum()))
+                w = sc.att_int[s]
+                lo = int(w[idx].max()) if len(self.blocks) == 1 and idx.size else 0
+                v = m.new_int_var(lo, int(w.sum()), f"a[{r},{g},{s}]")
+                self.a[r, g, s] = v
+                for c in data.block_cells(r, g):
+                    mem = [i for i in self.members[c] if w[i] > 0]
+                    m.add(v >= _wsum([y[i, c] for i in mem], [w[i] for i in mem]))
+                if tighten and k > 1 and len(self.blocks) > 1:
+                    # a[b,s] >= att_int[s,i] z[i,b]            (a block holding i costs >= i alone)
+                    for q, i in enumerate(idx):
+                        if w[i] > 0:
+                            m.add(v >= int(w[i]) * zs[q])
+        if tighten and S and k > 1:
+            # sum_b a[b,s] >= sum_i att_int[s,i] / k        (averages: a max >= the mean of k slots)
+            for s in range(S):
+                m.add(sum(self.a[r, g, s] for r, g in self.blocks) * k >= int(sc.att_int[s].sum()))
 
-        # expert: x[r,g,l] >= W[r,g,l,p] for every p          (epigraph of the rank max)
+        # expert: x[b,l] >= W[b,l,p] for every p            (epigraph of the rank max)
         loads = expert_hook(self) if expert_hook else self._fixed_loads()
         num_layers = len({key[2] for key in loads})
         self.x = {}
@@ -142,36 +179,40 @@ class CpsatPacking:
             self.x[r, g, l] = v
             for t in terms:
                 m.add(v >= t)
-        if tighten and eq4 is not None:
-            # sum_{r,g} x[r,g,l] >= max_p L[l,p]              (MODEL.md Eq. 4)
+        if tighten and eq4 is not None and len(self.blocks) > 1:
+            # sum_b x[b,l] >= max_p L[l,p]                    (MODEL.md Eq. 4)
             for l in range(num_layers):
-                m.add(sum(self.x[r, g, l] for r in range(R) for g in range(G)) >= int(eq4[l]))
+                m.add(sum(self.x[r, g, l] for r, g in self.blocks) >= int(eq4[l]))
 
-        # A_int[r,g] = cA sum_s a,  X_int[r,g] = gamma_int sum_l x
+        # A_int[r,g] = att_mult sum_s a,  X_int[r,g] = gamma_int sum_l x
         self.A = [[sc.att_mult * sum(self.a[r, g, s] for s in range(S)) for g in range(G)] for r in range(R)]
         self.X = [[sc.gamma_int * sum(self.x[r, g, l] for l in range(num_layers)) for g in range(G)]
                   for r in range(R)]
         j_max = sc.att_mult * int(sc.att_int.sum()) + sc.gamma_int * int(demand_cap + 1)
         self._ub = j_max
+        self.level_keys = [level_key(level, R, G) for level in objective.levels]
         self.levels = [self._level(level) for level in objective.levels]
+
+    def block(self, r: int, g: int):
+        """Samples that may sit in block (r, g) and their z literals (model constants 1
+        when the layout has one block)."""
+        idx = [i for i in range(self.data.num_samples) if (i, (r, g)) in self.z]
+        return np.array(idx, dtype=np.int64), [self.z[i, (r, g)] for i in idx]
 
     # -- expert loads for a fixed placement ------------------------------------------------
     def _fixed_loads(self):
-        data, y = self.data, self.y
+        data = self.data
         dem = data.demand
         out = {}
-        for r in range(data.num_rows):
-            for g in range(data.num_shards):
-                pairs = [(i, c) for c in data.block_cells(r, g) for i in self.members[c]]
-                idx = np.array([i for i, _ in pairs])
-                vs = [y[p] for p in pairs]
-                for l in range(dem.shape[1]):
-                    terms = []
-                    for p in range(dem.shape[2]):
-                        coef = dem[idx, l, p]
-                        nz = np.flatnonzero(coef)
-                        terms.append(cp_model.LinearExpr.weighted_sum([vs[q] for q in nz], [int(coef[q]) for q in nz]))
-                    out[r, g, l] = terms
+        for r, g in self.blocks:
+            idx, zs = self.block(r, g)
+            for l in range(dem.shape[1]):
+                terms = []
+                for p in range(dem.shape[2]):
+                    coef = dem[idx, l, p]
+                    nz = np.flatnonzero(coef)
+                    terms.append(_wsum([zs[q] for q in nz], coef[nz]))
+                out[r, g, l] = terms
         return out
 
     # -- one level: sum_k c_k Aggregate_k, linearised generically ---------------------------
@@ -228,22 +269,27 @@ class CpsatPacking:
         return Layout(cell_of, self.data.num_rows, self.data.num_slots)
 
     def solve(self, budget: Budget, *, seed: int = 0, workers: int = 8, start: Layout | None = None,
-              extra_hint=None, on_solution=None) -> SolveOutcome:
+              extra_hint=None, on_solution=None, params: dict | None = None) -> SolveOutcome:
         """Lexicographic sequence of solves within ``budget``.
 
         ``extra_hint(solver or None) -> dict var -> value`` adds hints for the caller's own
         variables (the joint model's placement); ``on_solution(solver)`` reads them back.
+        ``params`` sets further CP-SAT parameters by name.
         """
         m = self.model
         outcomes, layout, extra = [], None, {}
         self.hint(start, extra_hint(None) if extra_hint else None)
-        n = len(self.levels)
-        for k, (expr, unit, _) in enumerate(self.levels):
+        todo = [k for k in range(len(self.levels)) if self.level_keys[k] not in self.level_keys[:k]]
+        n = len(todo)
+        for pos, k in enumerate(todo):
+            expr, unit, _ = self.levels[k]
             solver = cp_model.CpSolver()
-            limit = budget.for_level(k, n)
+            limit = budget.for_level(pos, n)
             solver.parameters.max_time_in_seconds = limit
             solver.parameters.num_workers = workers
             solver.parameters.random_seed = seed
+            for key, val in (params or {}).items():
+                setattr(solver.parameters, key, val)
             m.minimize(expr)
             t0 = time.perf_counter()
             status = solver.solve(m)
@@ -263,8 +309,6 @@ class CpsatPacking:
                 m.clear_hints()
                 for v in self.y.values():
                     m.add_hint(v, solver.value(v))
-                for v in list(self.a.values()) + list(self.x.values()):
-                    m.add_hint(v, solver.value(v))
                 if extra_hint:
                     for v, val in extra_hint(solver).items():
                         m.add_hint(v, int(val))
@@ -272,5 +316,16 @@ class CpsatPacking:
                 st = "infeasible" if status == cp_model.INFEASIBLE else "no_solution"
                 outcomes.append(LevelOutcome(st, None, None, secs, stats))
                 break
+        # levels that repeat an earlier one: the same outcome (already held at its value)
+        full = []
+        by_key = {}
+        for pos, o in zip(todo, outcomes):
+            by_key[self.level_keys[pos]] = o
+        for k in range(len(self.levels)):
+            o = by_key.get(self.level_keys[k])
+            if o is None:
+                break
+            full.append(o if k in todo else LevelOutcome(o.status, o.value, o.bound, 0.0,
+                                                        {"status": "implied", "same_as_level": self.level_keys.index(self.level_keys[k])}))
         rounding = [err for _, _, err in self.levels]
-        return SolveOutcome(layout, outcomes, rounding, extra)
+        return SolveOutcome(layout, full, rounding, extra)

@@ -80,7 +80,7 @@ def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.
     state = {}
 
     def hook(b: CpsatPacking):
-        m, y = b.model, b.y
+        m = b.model
         xp = {(l, e, p): m.new_bool_var(f"xp[{l},{e},{p}]") for l in range(L) for e in range(E) for p in range(P)}
         state["xp"] = xp
         for l in range(L):
@@ -100,9 +100,7 @@ def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.
         total = a.sum(axis=0)  # [L, E]
         for r in range(data.num_rows):
             for g in range(data.num_shards):
-                pairs = [(i, c) for c in data.block_cells(r, g) for i in b.members[c]]
-                idx = np.array([i for i, _ in pairs])
-                vs = [y[q] for q in pairs]
+                idx, vs = b.block(r, g)  # samples of block (r, g) and their z[i,(r,g)]
                 for l in range(L):
                     terms = [[] for _ in range(P)]
                     for e in range(E):

@@ -110,8 +110,7 @@ class PyomoPacking:
 
     def _start(self, layout: Layout, opt) -> bool:
         """Load a complete MIP start: fix y to ``layout``, solve the remaining LP for the
-        epigraph variables, unfix. (A start with only y set is not a feasible point, and
-        HiGHS was seen to return a wrong "optimal" value from one.)"""
+        epigraph variables, unfix."""
         for (i, c), v in self.m.y.items():
             v.fix(int(layout.cell_of[i] == c))
         self.m.obj = pe.Objective(expr=self.levels[0], sense=pe.minimize)
@@ -137,10 +136,12 @@ class PyomoPacking:
             opt.highs_options = {"random_seed": int(seed), "threads": int(threads), "mip_abs_gap": 1e-9}
             return opt
 
-        # The MIP start is off by default: with HiGHS 1.16 through appsi_highs a complete,
-        # feasible start (y from the layout, the rest from the LP with y fixed) came back
-        # as "optimal" with an objective below the true optimum on an 8-sample window
-        # (tests/test_exact.py keeps the caller's start as the fallback plan instead).
+        # HiGHS 1.16 bug (reproduced with highspy alone, see scripts/bench_exact.py
+        # --highs-start-repro): with presolve on, a feasible MIP start is re-evaluated "in the
+        # reduced space" with a wrong objective (213.04 instead of its true 227.32 on the
+        # 8-sample window), below the true optimum 216.87, so HiGHS stops at once and calls
+        # the start "optimal". With presolve off the start is handled correctly; a MIP start
+        # therefore runs HiGHS without presolve, and only when asked (mip_start=True).
         warm = False
         if start is not None and self.mip_start:
             warm = self._start(start, make())
@@ -148,6 +149,8 @@ class PyomoPacking:
             m.obj = pe.Objective(expr=self.levels[0], sense=pe.minimize)
         # a fresh interface: the one that solved the fixed-y LP kept stale column data
         opt = make()
+        if warm:
+            opt.highs_options["presolve"] = "off"
         opt.config.warmstart = warm
         outcomes, layout = [], None
         n = len(self.levels)
@@ -163,10 +166,16 @@ class PyomoPacking:
             if has and tc in (TerminationCondition.optimal, TerminationCondition.maxTimeLimit,
                               TerminationCondition.maxIterations, TerminationCondition.objectiveLimit):
                 res.solution_loader.load_vars()
-                value = float(res.best_feasible_objective)
+                value = float(pe.value(expr))
                 bound = res.best_objective_bound
                 bound = float(bound) if bound is not None else None
                 optimal = tc == TerminationCondition.optimal
+                reported = float(res.best_feasible_objective)
+                if abs(reported - value) > 1e-6 * max(1.0, abs(value)):
+                    # HiGHS's objective is not that of the solution it returned (the MIP
+                    # start bug above): trust neither its optimality nor its bound
+                    stats["objective_mismatch"] = (reported, value)
+                    optimal, bound = False, None
                 outcomes.append(LevelOutcome("optimal" if optimal else "feasible", value / self.unit,
                                              None if bound is None else bound / self.unit, secs, stats))
                 layout = self.layout_from()
