@@ -174,7 +174,7 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
     if k_max == 0:
         return done(INFEASIBLE, None, None, None, "samples", None, None, None,
                     reason=f"window has {n} samples for {d} cells (one row of D={d} slots); every cell needs a sample",
-                    fix=f"use at most {n} DP slots or add {d - n} samples")
+                    fix=f"use at most {n} DP slots or add {d - n} sample{'s' if d - n > 1 else ''}")
 
     s = _Search(lengths, c, m)
     t0 = time.perf_counter()
@@ -261,8 +261,8 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
     if proven_infeasible():
         need = lower_rows * d
         best_d = _largest_slots(s, n)
-        fix = (f"use at most {best_d} DP slots or add {need - n} samples" if best_d
-               else f"add {need - n} samples")
+        more = f"add {need - n} sample{'s' if need - n > 1 else ''}"
+        fix = f"use at most {best_d} DP slots or {more}" if best_d else more
         return done(INFEASIBLE, None, lower_rows, None, s.method, None, s.lower, s.upper,
                     reason=f"window has {n} samples but needs at least {s.lower} cells, i.e. {lower_rows} rows x "
                            f"D={d} = {need} non-empty cells", fix=fix, stats=s.stats)

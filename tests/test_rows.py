@@ -1,0 +1,243 @@
+"""Tests of the R* certifier (rp_opt.rows) and ``rp-opt certify``."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from rp_opt.check import check_plan
+from rp_opt.cli import main
+from rp_opt.io import save_instance
+from rp_opt.rows import certify_bins, certify_rows, read_bpplib
+from rp_opt.rows.bounds import l2_bound
+from rp_opt.rows.heuristics import expand_bins, first_fit_decreasing, minimum_bin_slack, packing_violation
+from rp_opt.solution import Placement
+from rp_opt.window import Cluster, CostModel, Instance, Stage, Window
+
+BPPLIB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "bpplib")
+
+
+def make_instance(lengths, dp=1, capacity=10, m=None) -> Instance:
+    """A window of the given lengths with trivial routing (1 layer, 1 expert) and cost."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    window = Window(lengths, np.zeros((lengths.size, 1, 1), dtype=np.uint16), 1)
+    cost = CostModel((Stage("attn", 1, 1.0, 0.0),), 1.0)
+    return Instance(window, Cluster(dp, 1, 1, capacity, m), cost)
+
+
+def assert_witness(instance: Instance, cert) -> None:
+    """The witness passes the independent checker with exactly upper_bound rows."""
+    assert cert.witness is not None
+    placement = Placement.identity(1, 1, 1)
+    report = check_plan(instance, placement.to_list(), cert.witness.to_rows(), num_rows=cert.upper_bound)
+    assert report.valid, report.violations
+    assert cert.witness.num_rows == cert.upper_bound
+
+
+def brute_force_rows(lengths, capacity, dp, m):
+    """Least R with a partition into exactly R*D blocks within capacity and m (None: none)."""
+    n = len(lengths)
+    counts = set()
+
+    def rec(i, loads, sizes):
+        if i == n:
+            counts.add(len(loads))
+            return
+        for b in range(len(loads)):
+            if loads[b] + lengths[i] <= capacity and (m is None or sizes[b] < m):
+                loads[b] += lengths[i]; sizes[b] += 1
+                rec(i + 1, loads, sizes)
+                loads[b] -= lengths[i]; sizes[b] -= 1
+        loads.append(lengths[i]); sizes.append(1)
+        rec(i + 1, loads, sizes)
+        loads.pop(); sizes.pop()
+
+    rec(0, [], [])
+    feasible = [k // dp for k in counts if k % dp == 0]
+    return min(feasible) if feasible else None
+
+
+# ---------------------------------------------------------------- bounds and heuristics
+
+def test_l2_beats_l1_on_half_items():
+    """Three items of 6 in bins of 10: L1 = 2, but no two fit together, so L2 = 3."""
+    assert l2_bound(np.array([6, 6, 6]), 10) == 3
+
+
+def test_expand_bins_keeps_packing_valid():
+    """Two bins {5,4,1}, {6} expand to 4 non-empty bins, capacity kept."""
+    sizes = np.array([5, 4, 1, 6])
+    bins = np.array([0, 0, 0, 1])
+    out = expand_bins(bins, 4)
+    assert packing_violation(sizes, out, 10, None, num_bins=4) is None
+    with pytest.raises(ValueError):
+        expand_bins(bins, 5)
+
+
+def test_mbs_fills_exact_bins():
+    """Triplets summing to 10 exactly: MBS finds the 2-bin packing FFD misses."""
+    sizes = np.array([4, 4, 3, 3, 3, 3])   # FFD: {4,4}, {3,3,3}, {3}
+    assert np.unique(first_fit_decreasing(sizes, 10)).size == 3
+    bins = minimum_bin_slack(sizes, 10)
+    assert np.unique(bins).size == 2 and packing_violation(sizes, bins, 10, None) is None
+
+
+# ---------------------------------------------------------------- brute force cross-checks
+
+@pytest.mark.parametrize("seed", range(24))
+def test_matches_brute_force(seed):
+    """R* equals brute force on tiny windows (N <= 8), with and without a sample limit."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 9))
+    capacity = int(rng.integers(5, 20))
+    lengths = rng.integers(1, capacity + 1, size=n).tolist()
+    dp = int(rng.integers(1, 4))
+    m = None if seed % 2 else int(rng.integers(1, 4))
+    expected = brute_force_rows(lengths, capacity, dp, m)
+    cert = certify_bins(lengths, capacity, dp, m, time_limit=10)
+    if expected is None:
+        assert cert.status == "infeasible" and cert.reason and cert.fix
+    else:
+        assert cert.status == "optimal" and cert.r_star == expected
+        assert_witness(make_instance(lengths, dp, capacity, m), cert)
+
+
+def test_sample_limit_forces_more_rows():
+    """Six items of 1 with C = 100, D = 1: one row without a limit, three with m = 2."""
+    assert certify_bins([1] * 6, 100, 1, None).r_star == 1
+    cert = certify_bins([1] * 6, 100, 1, 2)
+    assert cert.r_star == 3 and cert.bound_method == "cardinality"
+
+
+def test_each_exact_model_agrees():
+    """CP-SAT assignment, CP-SAT arc-flow and the HiGHS MIP prove the same R* on an instance
+    where FFD is one bin off (FFD: {5,4}, {4,3,3}? no: sizes 5,5,4,4,3,3,3,3 with C=10 -> 3 bins)."""
+    lengths = [5, 5, 4, 4, 3, 3, 3, 3]
+    for exact in ("auto", "arcflow", "cpsat", "highs"):
+        cert = certify_bins(lengths, 10, 1, None, time_limit=20, exact=exact)
+        assert cert.status == "optimal" and cert.r_star == 3, exact
+
+
+# ---------------------------------------------------------------- invariants
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=30), st.integers(1, 4),
+       st.one_of(st.none(), st.integers(1, 5)), st.integers(40, 80))
+def test_random_windows(lengths, dp, m, capacity):
+    """lower <= upper; the witness is valid per the checker; optimal means closed bounds."""
+    cert = certify_bins(lengths, capacity, dp, m, time_limit=3)
+    assert cert.status in ("optimal", "feasible", "infeasible", "no_solution")
+    if cert.status == "infeasible":
+        assert len(lengths) < (cert.lower_bound or 1) * dp
+        return
+    assert cert.lower_bound <= cert.upper_bound
+    assert cert.bins_lower <= cert.bins_upper
+    assert_witness(make_instance(lengths, dp, capacity, m), cert)
+    if cert.status == "optimal":
+        assert cert.r_star == cert.lower_bound == cert.upper_bound
+
+
+def test_certify_rows_takes_window_and_cluster():
+    """The Window/Cluster entry point: 5 samples of 6 into C = 10, D = 2 -> 5 bins -> 3 rows needs 6 cells > 5."""
+    inst = make_instance([6, 6, 6, 6, 2, 2], dp=2, capacity=10)
+    cert = certify_rows(inst.window, inst.cluster, time_limit=5)
+    assert cert.status == "optimal" and cert.r_star == 2
+    assert_witness(inst, cert)
+
+
+# ---------------------------------------------------------------- infeasible windows
+
+def test_fewer_samples_than_slots():
+    cert = certify_bins([3] * 40, 100, 64)
+    assert cert.status == "infeasible"
+    assert "40 samples" in cert.reason and "64" in cert.reason
+    assert "at most 40 DP slots" in cert.fix
+
+
+def test_sample_longer_than_capacity():
+    cert = certify_bins([5, 12, 3], 10, 1)
+    assert cert.status == "infeasible" and "sample 1" in cert.reason and "12" in cert.fix
+
+
+def test_rows_need_more_cells_than_samples():
+    """Three items of 6 (C = 10) need 3 bins; with D = 2 that is 2 rows = 4 cells > 3 samples."""
+    cert = certify_bins([6, 6, 6], 10, 2)
+    assert cert.status == "infeasible" and cert.lower_bound == 2
+    assert "at most 3 DP slots" in cert.fix   # one row of 3 cells
+
+
+# ---------------------------------------------------------------- BPPLIB
+
+def _optima():
+    with open(os.path.join(BPPLIB, "optima.tsv")) as handle:
+        tokens = handle.read().split()
+    return {k: int(v) for k, v in zip(tokens[2::2], tokens[3::2])}
+
+
+def _subset():
+    if not os.path.isdir(BPPLIB):
+        return []
+    files = []
+    for folder, prefix, count in (("falkenauer_u", "Falkenauer_u120", 20), ("falkenauer_t", "Falkenauer_t60", 20),
+                                  ("scholl_1", "N", 20)):
+        names = sorted(f for f in os.listdir(os.path.join(BPPLIB, folder)) if f.startswith(prefix))
+        step = max(1, len(names) // count)
+        files += [os.path.join(BPPLIB, folder, f) for f in names[::step][:count]]
+    return files
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir(BPPLIB), reason=f"BPPLIB instances not found at {BPPLIB}")
+def test_bpplib_subset():
+    """All Falkenauer U120, T60 and 20 Scholl_1 instances: never a wrong certificate; every
+    folder mostly proven within 4 s each (N4 Scholl instances with 500 items can need more)."""
+    optima = _optima()
+    proven = {}
+    for path in _subset():
+        weights, capacity = read_bpplib(path)
+        cert = certify_bins(weights, capacity, 1, None, time_limit=4)
+        best = optima[os.path.basename(path)[:-4]]
+        assert cert.bins_lower <= best <= cert.bins_upper, path
+        if cert.status == "optimal":
+            assert cert.r_star == best, path
+        folder = os.path.basename(os.path.dirname(path))
+        proven.setdefault(folder, []).append(cert.status == "optimal")
+    assert sum(proven["scholl_1"]) >= 17, proven
+    assert sum(proven["falkenauer_u"]) >= 16 and sum(proven["falkenauer_t"]) >= 16, proven
+
+
+# ---------------------------------------------------------------- CLI
+
+def test_cli_certify_npz(tmp_path, capsys):
+    path = tmp_path / "w.npz"
+    save_instance(path, make_instance([6, 6, 6, 6, 2, 2], dp=2, capacity=10))
+    assert main(["certify", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["status"] == "optimal" and data["r_star"] == 2 and len(data["witness"]) == 2
+    assert main(["certify", str(path)]) == 0
+    assert "optimal" in capsys.readouterr().out
+
+
+def test_cli_certify_bpp(tmp_path, capsys):
+    path = tmp_path / "tiny.txt"
+    path.write_bytes(b"4\r\n10\r\n6\r\n6\r\n4\r\n4\r\n")
+    assert main(["certify", "--bpp", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["bins"] == 2 and data["lower_bound"] == 2 and data["status"] == "optimal"
+    assert {"seconds", "bound_method"} <= set(data)
+
+
+def test_cli_infeasible_and_bad_input(tmp_path, capsys):
+    path = tmp_path / "few.npz"
+    save_instance(path, make_instance([3, 3, 3], dp=4, capacity=10))
+    assert main(["certify", str(path), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["status"] == "infeasible"
+    bad = tmp_path / "bad.txt"
+    bad.write_text("3\n10\n4\n")
+    assert main(["certify", "--bpp", str(bad)]) == 2
+    assert "header says 3 items" in capsys.readouterr().err
+    assert main(["certify", str(tmp_path / "missing.npz")]) == 2
