@@ -168,9 +168,10 @@ def test_infeasible_window_is_one_line():
 
 def test_example_script_runs_as_written():
     """scripts/example_trainer.py is the README's "Use it in a trainer" example, and
-    docs/trainer.md shows it verbatim."""
+    README.md and docs/trainer.md show it verbatim."""
     script = open(os.path.join(ROOT, "scripts", "example_trainer.py")).read().rstrip("\n")
-    assert "```python\n" + script + "\n```" in open(os.path.join(ROOT, "docs", "trainer.md")).read()
+    for doc in ("README.md", os.path.join("docs", "trainer.md")):
+        assert "```python\n" + script + "\n```" in open(os.path.join(ROOT, doc)).read(), doc
     out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "example_trainer.py")], capture_output=True,
                          text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
