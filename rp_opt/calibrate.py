@@ -122,7 +122,7 @@ def _regressors(run: TimingRun, prior: CostModel, a: float | None, b: float | No
         x_pairs = layout_costs(pairs, run.plan.placement, layout).attention
         return np.stack([x_tokens.ravel(), x_pairs.ravel(), unit_expert.ravel()], axis=1)
     u, v = _splits(prior)
-    rows, slots = layout.num_rows, layout.num_slots
+    rows = layout.num_rows
     tokens = cell_sums(layout, inst.window.lengths.astype(np.float64)).reshape(rows, num_shards, -1)
     work = cell_sums(layout, inst.window.attn_work).reshape(rows, num_shards, -1)
     per_stage = (a * u)[:, None, None, None] * tokens + (b * v)[:, None, None, None] * work  # [S, R, G, D/G]
@@ -226,15 +226,10 @@ def save_timings(path: str | os.PathLike, runs: list[tuple[Plan, np.ndarray]] | 
 
 def load_timings(path: str | os.PathLike, window: Instance | str | None = None) -> list[TimingRun]:
     """Read a timings file; ``window`` (instance or ``.npz`` path) is the default window."""
-    from .io import load_instance, plan_from_dict, read_plan_file
+    from .io import load_instance, plan_from_dict, read_json, read_plan_file
 
     path = os.fspath(path)
-    require(os.path.exists(path), "file", f"{path} does not exist")
-    try:
-        with open(path) as handle:
-            data = json.load(handle)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError("file", f"{path} is not valid JSON ({exc})") from None
+    data = read_json(path)
     require(isinstance(data, dict), "timings", "must be a JSON object")
     require(data.get("format") == FORMAT, "timings.format", f"must be {FORMAT!r}, got {data.get('format')!r}")
     runs = data.get("runs")

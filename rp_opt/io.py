@@ -97,31 +97,41 @@ def save_plan(path: str | os.PathLike, plan: Plan) -> None:
         handle.write("\n")
 
 
-def read_plan_file(path: str | os.PathLike) -> dict:
-    """The raw plan dictionary of a plan file (for the checker, which wants it unvalidated)."""
+def read_json(path: str | os.PathLike, field: str = "file") -> object:
+    """Parse a JSON file; :class:`InputError` on ``field`` when it is missing or not JSON."""
     path = os.fspath(path)
-    require(os.path.exists(path), "file", f"{path} does not exist")
+    require(os.path.exists(path), field, f"{path} does not exist")
     try:
         with open(path) as handle:
-            data = json.load(handle)
+            return json.load(handle)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError("file", f"{path} is not valid JSON ({exc})") from None
+        raise InputError(field, f"{path} is not valid JSON ({exc})") from None
+
+
+def read_plan_file(path: str | os.PathLike, field: str = "file") -> dict:
+    """The raw plan dictionary of a plan file (for the checker, which wants it unvalidated)."""
+    data = read_json(path, field)
     require(isinstance(data, dict), "plan", "must be a JSON object")
     for key in ("placement", "rows"):
-        require(key in data, key, f"is missing from {path}")
+        require(key in data, key, f"is missing from {os.fspath(path)}")
     return data
+
+
+def placement_from_list(instance: Instance, placement) -> Placement:
+    """A validated :class:`Placement` of ``instance`` from the plan-file form [L][E]."""
+    try:
+        ranks = np.asarray(placement, dtype=np.int64)
+    except (ValueError, TypeError):
+        raise InputError("placement", "must be a rectangular [L][E] list of integer ranks") from None
+    window = instance.window
+    require(ranks.shape == (window.num_layers, window.num_experts), "placement",
+            f"shape {ranks.shape} does not match (L, E) = ({window.num_layers}, {window.num_experts})")
+    return Placement(ranks, instance.cluster.ep)
 
 
 def plan_from_dict(instance: Instance, data: dict) -> Plan:
     """A validated :class:`Plan` from the plan-file form (bijection and balance enforced)."""
-    try:
-        ranks = np.asarray(data["placement"], dtype=np.int64)
-    except (ValueError, TypeError):
-        raise InputError("placement", "must be a rectangular [L][E] list of integer ranks") from None
-    placement = Placement(ranks, instance.cluster.ep)
-    if placement.ranks.shape != (instance.window.num_layers, instance.window.num_experts):
-        raise InputError("placement", f"shape {placement.ranks.shape} does not match (L, E) = "
-                                      f"({instance.window.num_layers}, {instance.window.num_experts})")
+    placement = placement_from_list(instance, data["placement"])
     layout = Layout.from_rows(data["rows"], instance.window.num_samples)
     require(layout.num_slots == instance.cluster.dp, "rows", f"have {layout.num_slots} slots, the cluster has D={instance.cluster.dp}")
     score = tuple(float(x) for x in data.get("score", []))

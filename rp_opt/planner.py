@@ -16,7 +16,6 @@ The planner tracks the placement in force from step to step.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -146,13 +145,9 @@ def _load_cost(cost) -> tuple[CostModel | None, object | None]:
             f"must be a CostModel, a dict, a cost JSON file or a model name, got {type(cost).__name__}")
     path = os.fspath(cost)
     if path.endswith(".json"):
-        require(os.path.exists(path), "cost", f"{path} does not exist")
-        with open(path) as handle:
-            try:
-                data = json.load(handle)
-            except json.JSONDecodeError as exc:
-                raise InputError("cost", f"{path} is not valid JSON ({exc.msg})") from None
-        return CostModel.from_dict(data), None
+        from .io import read_json
+
+        return CostModel.from_dict(read_json(path, "cost")), None
     from .models import load_spec
 
     return None, load_spec(path)

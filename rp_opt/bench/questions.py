@@ -4,7 +4,6 @@ deterministic heuristic plan, and scoring through the independent checker."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from datetime import datetime, timezone
 

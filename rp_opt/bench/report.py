@@ -9,7 +9,7 @@ import os
 from collections import defaultdict
 
 from ..result import _jsonable
-from .stats import mean_std, pm
+from .stats import pm
 
 REL_TOL = 1e-6  # a bound within this relative distance of a score proves it
 

@@ -3,14 +3,13 @@ with the per-layer rank loads before and after, the proven gap and the migration
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
 
 import numpy as np
 
 from ..errors import InputError, require
+from ..io import placement_from_list, read_json
 from ..solution import Layout, Placement
 from ._common import Progress, add_json, emit_json, open_instance, table
 
@@ -44,24 +43,12 @@ def register(sub) -> None:
 
 
 def _read_current(path: str, instance) -> tuple[Placement, Layout | None]:
-    require(os.path.exists(path), "--current", f"{path} does not exist")
-    try:
-        with open(path) as handle:
-            data = json.load(handle)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError("--current", f"{path} is not valid JSON ({exc})") from None
+    data = read_json(path, "--current")
     require(isinstance(data, dict) and "placement" in data, "--current", f"{path} has no 'placement'")
-    try:
-        ranks = np.asarray(data["placement"], dtype=np.int64)
-    except (ValueError, TypeError):
-        raise InputError("placement", "must be a rectangular [L][E] list of integer ranks") from None
-    window = instance.window
-    require(ranks.shape == (window.num_layers, window.num_experts), "placement",
-            f"shape {ranks.shape} does not match (L, E) = ({window.num_layers}, {window.num_experts})")
-    placement = Placement(ranks, instance.cluster.ep)
+    placement = placement_from_list(instance, data["placement"])
     layout = None
     if isinstance(data.get("rows"), list):
-        layout = Layout.from_rows(data["rows"], window.num_samples)
+        layout = Layout.from_rows(data["rows"], instance.window.num_samples)
         require(layout.num_slots == instance.cluster.dp, "rows", f"have {layout.num_slots} slots, the cluster has D={instance.cluster.dp}")
     return placement, layout
 

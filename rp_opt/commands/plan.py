@@ -5,9 +5,8 @@ from __future__ import annotations
 import logging
 
 from ..check import check
-from ..cost import objective_names
 from ..io import load_plan, save_plan
-from ..solvers import get_solver, solver_names
+from ..solvers import get_solver
 from ._common import add_json, emit_json, open_instance, table
 
 log = logging.getLogger("rp_opt")
