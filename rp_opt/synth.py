@@ -25,7 +25,7 @@ from .errors import require
 from .models import cost_from_spec, load_spec
 from .window import Cluster, Instance, Window
 
-_CHUNK = 256  # samples per multinomial call: bounds memory at 256 x L x E probabilities
+SAMPLES_PER_CHUNK = 256  # samples per multinomial call: bounds memory at 256 x L x E probabilities
 LAYER_SKEW = (1.1, 2.8)  # spread of sigma_l / skew across layers (calibrated, module docstring)
 
 
@@ -55,8 +55,11 @@ def synth_lengths(num_samples: int, capacity: int, rng: np.random.Generator, *, 
 def synth_routing(lengths: np.ndarray, group_of: np.ndarray, num_layers: int, num_experts: int, top_k: int,
                   rng: np.random.Generator, *, skew: float = 1.0, group_corr: float = 0.5,
                   topic_corr: float = 0.5, topics: int = 16, drift: float = 0.15, drift_steps: int = 0,
-                  drift_rng: np.random.Generator | None = None) -> np.ndarray:
-    """Demand a[N, L, E] (uint16/uint32) for the given lengths and prompt groups."""
+                  drift_rng: np.random.Generator | None = None, progress=None) -> np.ndarray:
+    """Demand a[N, L, E] (uint16/uint32) for the given lengths and prompt groups.
+
+    ``progress(done, total)`` is called after every chunk of samples.
+    """
     num_groups = int(group_of.max()) + 1
     # per-layer skew: spread around `skew` so layers range from mild to strongly skewed
     sigma = skew * rng.uniform(LAYER_SKEW[0], LAYER_SKEW[1], num_layers)
@@ -76,13 +79,15 @@ def synth_routing(lengths: np.ndarray, group_of: np.ndarray, num_layers: int, nu
     n = lengths.size
     dtype = np.uint16 if lengths.max() <= np.iinfo(np.uint16).max else np.uint32
     demand = np.empty((n, num_layers, num_experts), dtype=dtype)
-    for start in range(0, n, _CHUNK):
-        stop = min(n, start + _CHUNK)
+    for start in range(0, n, SAMPLES_PER_CHUNK):
+        stop = min(n, start + SAMPLES_PER_CHUNK)
         tokens = np.broadcast_to((top_k * lengths[start:stop])[:, None], (stop - start, num_layers))
         counts = rng.multinomial(tokens, probs[group_of[start:stop]])
         # a token picks each expert at most once: at most T_i tokens per expert
         np.minimum(counts, lengths[start:stop, None, None], out=counts)
         demand[start:stop] = counts
+        if progress is not None:
+            progress(stop, n)
     return demand
 
 
@@ -91,7 +96,7 @@ def generate(model: str = "ling-tiny-like", samples: int = 256, dp: int = 8, edp
              top_k: int | None = None, seed: int = 0, max_samples_per_cell: int | None = None,
              group_size: int = 8, truncated: float = 0.08, skew: float = 1.0, group_corr: float = 0.5,
              topic_corr: float = 0.5, drift: float = 0.15, drift_steps: int = 0,
-             median_response: float | None = None) -> Instance:
+             median_response: float | None = None, progress=None) -> Instance:
     """A synthetic :class:`Instance`, deterministic for ``seed``.
 
     Parameters
@@ -110,6 +115,8 @@ def generate(model: str = "ling-tiny-like", samples: int = 256, dp: int = 8, edp
         and within a topic.
     drift, drift_steps
         Size of one policy update's drift of popularity logits, and how many updates.
+    progress
+        Optional ``progress(done, total)`` callback over samples.
     """
     spec = load_spec(model)
     num_layers = spec.moe_layers if layers is None else int(layers)
@@ -126,7 +133,8 @@ def generate(model: str = "ling-tiny-like", samples: int = 256, dp: int = 8, edp
                                       median_response=median_response)
     demand = synth_routing(lengths, group_of, num_layers, num_experts, k, np.random.default_rng(routing_seed),
                            skew=skew, group_corr=group_corr, topic_corr=topic_corr, drift=drift,
-                           drift_steps=drift_steps, drift_rng=np.random.default_rng(drift_seed))
+                           drift_steps=drift_steps, drift_rng=np.random.default_rng(drift_seed),
+                           progress=progress)
     window = Window(lengths, demand, k)
     meta = {"generator": {"seed": seed, "skew": skew, "group_size": group_size, "truncated": truncated,
                           "group_corr": group_corr, "topic_corr": topic_corr, "drift": drift,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 from ..io import save_instance
-from ..synth import generate
-from ._common import add_json, emit_json
+from ..synth import SAMPLES_PER_CHUNK, generate
+from ._common import Progress, add_json, emit_json
 
 
 def register(sub) -> None:
@@ -32,10 +32,13 @@ def register(sub) -> None:
 
 def run(args) -> int:
     start = time.perf_counter()
+    chunks = -(-args.samples // SAMPLES_PER_CHUNK)
+    bar = Progress(chunks, "routing", enabled=None if not args.json else False)
     instance = generate(args.model, samples=args.samples, dp=args.dp, edp=args.edp, ep=args.ep,
                         capacity=args.capacity, layers=args.layers, experts=args.experts, top_k=args.top_k,
                         seed=args.seed, max_samples_per_cell=args.max_samples_per_cell, skew=args.skew,
-                        group_size=args.group_size, drift_steps=args.drift_steps)
+                        group_size=args.group_size, drift_steps=args.drift_steps,
+                        progress=lambda done, total: bar.step(f"{done}/{total} samples"))
     save_instance(args.output, instance)
     w = instance.window
     info = {"file": args.output, "model": instance.model, "samples": w.num_samples, "layers": w.num_layers,
