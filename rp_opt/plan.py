@@ -58,6 +58,17 @@ def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed:
         exact = get_solver("exact")
     except Exception:  # the exact solver is not installed in this tree
         exact = None
+    # R* >= the L1 row bound: when even that makes the exact model too large, the heuristic
+    # runs once with the whole budget (no second run recomputing placement, R*, rank demand)
+    from .packing.anneal import _l1_rows
+    low_size = instance.window.num_samples * _l1_rows(instance) * instance.cluster.dp
+    if exact is not None and low_size > EXACT_MAX_BOOLEANS:
+        guess = heuristic(instance, objective=objective, time_limit=time_limit, seed=seed, warm_start=warm_start,
+                          placement=placement, workers=workers, **options)
+        guess.stats.update(auto_choice="heuristic",
+                           auto_reason=f"N*R*D >= {low_size} > {EXACT_MAX_BOOLEANS}: too large for the exact model")
+        return Result(guess.status, guess.plan, guess.score, guess.bound, time.perf_counter() - started, "auto",
+                      guess.stats)
     small_budget = min(1.0, 0.25 * time_limit)
     # the heuristic runs first in both branches: in the exact branch its plan is the MIP start
     guess = heuristic(instance, objective=objective, time_limit=time_limit if exact is None else small_budget,

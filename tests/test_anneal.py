@@ -232,3 +232,7 @@ def test_heuristic_time_limit_covers_the_plan():
     assert "report_seconds" in result.stats and result.stats["timings"]["search"] > 0
     assert result.stats["energy"] <= result.stats["anneal_energy"]
     assert result.bound <= result.score[0]
+    auto = get_solver("auto")(inst, objective="sync", time_limit=1.5, seed=0, workers=1)
+    assert auto.stats["auto_choice"] == "heuristic" and "too large" in auto.stats["auto_reason"]
+    assert_checked(inst, auto)
+    assert auto.seconds <= 1.5 * 1.25
