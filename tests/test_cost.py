@@ -99,3 +99,18 @@ def test_bounds_below_scores(seed, objective):
         for bounds in (cost_bounds(instance, layout.num_rows), cost_bounds(instance, layout.num_rows, placement)):
             for b, v in zip(bounds.objective(objective), value):
                 assert b <= v * (1 + 1e-12)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_block_first_and_sample_first_rank_loads_agree(seed):
+    """W from block totals (no rank demand given) equals W from per-sample rank demand."""
+    instance = random_instance(seed, n=18, dp=4, edp=2, ep=4, capacity=64)
+    w = instance.window
+    rng = np.random.default_rng(seed)
+    placement = Placement(np.stack([rng.permutation(np.arange(w.num_experts) % 4) for _ in range(w.num_layers)]), 4)
+    layout, _ = pack(instance, "ffd")
+    direct = layout_costs(instance, placement, layout)
+    via_samples = layout_costs(instance, placement, layout, rank_demand(w, placement))
+    np.testing.assert_array_equal(direct.rank_load, via_samples.rank_load)
+    np.testing.assert_allclose(direct.expert, via_samples.expert)
