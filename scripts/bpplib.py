@@ -1,7 +1,7 @@
 """Run the R* certifier over BPPLIB instance folders and compare with the proven optima.
 
 Usage: python scripts/bpplib.py [--root ../shared/bpplib] [--folders a,b] [--time-limit S]
-       [--limit K] [--json]
+       [--limit K] [--log [FILE]] [--json]
 
 Per folder: instances, proven optimal, wrong (a certified value different from optima.tsv;
 must be 0), mean / max seconds. Exit code 1 when anything is wrong.
@@ -19,6 +19,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from rp_opt.rows import certify_bins, read_bpplib  # noqa: E402
+
+
+def _quiet_highs_banner() -> None:
+    """HiGHS prints a banner on stdout when the first solver object is made; send it to
+    stderr so that --json output stays parseable."""
+    import highspy
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        highspy.Highs()
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 DEFAULT_ROOT = os.path.join(os.path.dirname(HERE), "..", "shared", "bpplib")
 
@@ -61,12 +77,14 @@ def main(argv=None) -> int:
     parser.add_argument("--time-limit", type=float, default=10.0, help="seconds per instance")
     parser.add_argument("--limit", type=int, default=None, help="at most K instances per folder")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--log", action="store_true", help="one line per instance on stderr")
+    parser.add_argument("--log", nargs="?", const="-", default=None, metavar="FILE",
+                        help="one line per instance, flushed, to FILE (appended) or stderr")
     args = parser.parse_args(argv)
+    _quiet_highs_banner()
     optima = read_optima(args.root)
     start = time.time()
-    results = [run_folder(args.root, f, optima, args.time_limit, args.limit, sys.stderr if args.log else None)
-               for f in args.folders.split(",")]
+    log = None if args.log is None else (sys.stderr if args.log == "-" else open(args.log, "a"))
+    results = [run_folder(args.root, f, optima, args.time_limit, args.limit, log) for f in args.folders.split(",")]
     if args.json:
         json.dump({"time_limit": args.time_limit, "limit": args.limit, "wall_s": time.time() - start,
                    "folders": results}, sys.stdout, indent=1)

@@ -24,7 +24,7 @@ import numpy as np
 from ..result import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL
 from ..solution import Layout
 from ..window import Cluster, Window
-from . import arcflow, bounds, cpsat, heuristics, lns
+from . import arcflow, bounds, cpsat, heuristics, lns, rounding
 
 __all__ = ["RowCertificate", "certify_rows", "certify_bins", "read_bpplib"]
 
@@ -35,6 +35,8 @@ ARCFLOW_MAX_WORK = 60_000_000
 ARCFLOW_MAX_ARCS = 3_000_000
 CPSAT_MAX_VARS = 400_000
 MBS_MAX_ITEMS = 2_000
+DIVE_SHARE = 0.5          # share of the time left spent on LP diving before the exact decision
+DIVE_FIX_SHARES = (1.0, 0.5, 1.0, 0.25)   # per dive, cyclic: share of integral LP patterns fixed per step
 
 
 @dataclass(frozen=True)
@@ -215,8 +217,9 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
                 s.stats["arcflow_lp"] = {"value": lp.value, "bound": lp.bound, "seconds": lp.seconds}
                 s.raise_lower(lp.bound, "arc-flow LP")
 
-    # bin-oriented LNS toward K = ceil(lower / D) D bins (a short share of the time)
-    if not closed() and not proven_infeasible() and s.packing is not None and exact != "none":
+    # bin-oriented LNS toward K = ceil(lower / D) D bins, where no arc-flow graph (and so no
+    # LP diving) is available (a short share of the time)
+    if not closed() and not proven_infeasible() and s.packing is not None and exact != "none" and graph is None:
         target = min(_ceil_div(s.lower, d) * d, k_max)
         left = deadline - time.perf_counter()
         t0 = time.perf_counter()
@@ -225,14 +228,34 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
         s.stats["LNS"] = {"bins": s.upper, "seconds": time.perf_counter() - t0, **tries}
 
     # exact decision "B <= K" for K = ceil(lower / D) D bins, raising the lower bound on failure
+    total = int(np.sum(lengths, dtype=np.int64))
+    rng = np.random.default_rng(0)
     while not closed() and not proven_infeasible() and time.perf_counter() < deadline and exact != "none":
         target = min(_ceil_div(s.lower, d) * d, k_max)
         left = deadline - time.perf_counter()
+        pruned = None
+        if graph is not None:
+            # K bins waste exactly K C - sum T in all: no bin may waste more (arcflow.prune)
+            pruned = arcflow.prune(graph, target * c - total)
+            # LP diving toward K bins, up to DIVE_SHARE of the time left
+            t0 = time.perf_counter()
+            dive_end = t0 + DIVE_SHARE * left
+            dives: dict = {"target": target, "dives": 0}
+            while time.perf_counter() < dive_end and not closed():
+                share = DIVE_FIX_SHARES[dives["dives"] % len(DIVE_FIX_SHARES)]
+                dives["dives"] += 1
+                s.offer(rounding.dive(graph, lengths, target, dive_end, rng, stats=dives, fix_share=share),
+                        "LP diving")
+            dives["seconds"] = time.perf_counter() - t0
+            s.stats.setdefault("diving", []).append(dives)
+            if closed():
+                break
+            left = deadline - time.perf_counter()
         hint = None
-        if graph is not None and s.packing is not None:
-            hint = arcflow.hint_from_bins(graph, lengths, s.packing)
+        if pruned is not None and s.packing is not None:
+            hint = arcflow.hint_from_bins(pruned, lengths, s.packing)
         if graph is not None and exact == "highs":
-            res = arcflow.solve_mip(graph, lengths, left, min_bins=s.lower, max_bins=target, hint=hint)
+            res = arcflow.solve_mip(pruned, lengths, left, min_bins=s.lower, max_bins=target, hint=hint)
             s.stats.setdefault("arcflow_mip", []).append({"target": target, "status": res.status, "seconds": res.seconds})
             s.offer(res.bin_of, "arc-flow MIP")
             s.raise_lower(res.bound, "exact search")
@@ -240,7 +263,7 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
                 break                                    # time limit without progress
             continue
         if graph is not None and exact in ("auto", "arcflow"):
-            res = arcflow.cpsat_decide(graph, lengths, target, left, hint=hint)
+            res = arcflow.cpsat_decide(pruned, lengths, target, left, hint=hint)
             s.stats.setdefault("arcflow_cpsat", []).append({"target": target, "status": res.status, "seconds": res.seconds})
         elif n * target <= CPSAT_MAX_VARS and exact in ("auto", "cpsat"):
             res = cpsat.fits_in_bins(lengths, c, target, m, left, hint=s.packing)

@@ -59,6 +59,7 @@ class ArcFlowGraph:
     arc_tail: np.ndarray
     arc_head: np.ndarray
     arc_type: np.ndarray
+    min_fill: int = 0     # loss arcs only from nodes with partial sum >= min_fill (see prune)
 
     @property
     def num_arcs(self) -> int:
@@ -124,6 +125,35 @@ def build_graph(lengths: np.ndarray, capacity: int, max_items: int | None = None
     return ArcFlowGraph(sizes, demand, c, max_items, width, copies, nodes, tail, head, arc_type)
 
 
+def prune(graph: ArcFlowGraph, waste: int) -> ArcFlowGraph:
+    """The subgraph of bins that waste at most ``waste`` (= K C - sum T for K bins).
+
+    In a packing into K bins the total waste is exactly K C - sum T, so no single bin wastes
+    more: a loss arc may leave a node only if its partial sum is >= C - waste, and a node
+    survives only if such a node is reachable from it (backward reachability over the DAG,
+    one numpy sweep per path length). With waste = 0 (triplets) only exactly-full paths
+    remain. Every surviving node stays reachable from the source.
+    """
+    nodes = graph.nodes
+    min_fill = max(graph.capacity - int(waste), 0)
+    tail = np.searchsorted(nodes, graph.arc_tail)
+    head = np.searchsorted(nodes, graph.arc_head)
+    good = nodes // graph.width >= min_fill
+    while True:
+        grown = good.copy()
+        grown[tail[good[head]]] = True
+        if np.array_equal(grown, good):
+            break
+        good = grown
+    keep = good[head]
+    alive = np.flatnonzero(good)
+    if alive.size == 0 or alive[0] != 0:
+        alive = np.concatenate([[0], alive])              # keep the source even if no bin fits
+    return ArcFlowGraph(graph.sizes, graph.demand, graph.capacity, graph.max_items, graph.width, graph.copies,
+                        nodes[alive], graph.arc_tail[keep], graph.arc_head[keep], graph.arc_type[keep],
+                        max(min_fill, graph.min_fill))
+
+
 def _model(graph: ArcFlowGraph, integral: bool, min_bins: int = 0, max_bins: float = np.inf) -> highspy.HighsLp:
     """Columns: item arcs, then one loss arc per non-source node. Rows: conservation at
     every node but the source, demand of every size, and lo <= bins <= hi."""
@@ -159,7 +189,9 @@ def _model(graph: ArcFlowGraph, integral: bool, min_bins: int = 0, max_bins: flo
     cost[cols_item[from_source]] = 1.0                     # minimise the number of bins
     lp.col_cost_ = cost
     lp.col_lower_ = np.zeros(num_cols)
-    lp.col_upper_ = np.full(num_cols, highspy.kHighsInf)
+    col_upper = np.full(num_cols, highspy.kHighsInf)
+    col_upper[cols_loss[nodes[1:] // graph.width < graph.min_fill]] = 0.0   # loss only from full-enough nodes
+    lp.col_upper_ = col_upper
     inf = highspy.kHighsInf
     lower = np.concatenate([np.zeros(num_nodes - 1), graph.demand.astype(float), [float(min_bins)]])
     upper = np.concatenate([np.zeros(num_nodes - 1), np.full(k, inf), [inf if not np.isfinite(max_bins) else float(max_bins)]])
@@ -263,6 +295,8 @@ def hint_from_bins(graph: ArcFlowGraph, lengths: np.ndarray, bin_of: np.ndarray)
             flow[order[pos]] += 1
             state = state + w * graph.width + step
         loss = np.searchsorted(graph.nodes, state)
+        if loss >= graph.nodes.size or graph.nodes[loss] != state or state // graph.width < graph.min_fill:
+            return None
         flow[graph.arc_tail.size + loss - 1] += 1
     return flow
 
@@ -372,7 +406,9 @@ def cpsat_decide(graph: ArcFlowGraph, lengths: np.ndarray, max_bins: int, time_l
     model = cp_model.CpModel()
     cap = np.minimum(graph.demand[graph.arc_type], max_bins)
     x = [model.new_int_var(0, int(u), "") for u in cap.tolist()]
-    loss = [model.new_int_var(0, int(max_bins), "") for _ in range(nodes.size - 1)]
+    # loss arcs only from nodes filled to >= min_fill (a pruned graph, see prune)
+    loss_cap = np.where(nodes[1:] // graph.width >= graph.min_fill, int(max_bins), 0)
+    loss = [model.new_int_var(0, int(u), "") for u in loss_cap.tolist()]
     into: list[list] = [[] for _ in range(nodes.size)]
     out: list[list] = [[] for _ in range(nodes.size)]
     for a in range(n_item):
