@@ -196,3 +196,55 @@ def test_canonical_placement_keeps_loads():
     inst = make_window(8, D=2, L=3, E=8, P=4, seed=1)
     lay = Layout(np.arange(8) % 4, 2, 2)
     assert_lex_close(score(inst, place, lay), score(inst, canon, lay), rel=1e-12)
+
+
+def test_level_keys_detect_implied_levels():
+    """With G = 1 sync's sum_r max_g J is sum J (level 2 repeats level 1); with R = G = 1
+    all three levels are J[0,0]; with R = G = 2 the three differ. A repeated level is not
+    re-solved and carries the earlier level's outcome."""
+    from rp_opt.packing.exact.common import level_key
+
+    sync = get_objective("sync").levels
+    keys = [level_key(lv, 2, 1) for lv in sync]
+    assert keys[0] == keys[1] != keys[2]
+    assert len({level_key(lv, 1, 1) for lv in sync}) == 1
+    assert len({level_key(lv, 2, 2) for lv in sync}) == 3
+    assert level_key(get_objective("shard").levels[0], 3, 1) == keys[0]
+    inst = make_window(6, D=2, G=1, seed=4)
+    res = solve_packing(inst, Placement.identity(2, 4, 2), 2, objective="sync", time_limit=20)
+    assert res.status == "optimal" and res.stats["levels"][1]["status"] == "implied"
+    assert_lex_close(res.score, brute_force(inst, Placement.identity(2, 4, 2), 2, "sync"))
+
+
+@pytest.mark.parametrize("objective,G", [("sync", 2), ("shard", 2), ("sync", 1)])
+def test_relaxation_bound_is_valid(objective, G):
+    """The partial LP relaxation bounds level 1 from below (2 of 7 samples binary), and
+    with every sample binary it is the exact level-1 optimum (brute force)."""
+    from rp_opt.cost import rank_load
+    from rp_opt.packing.exact.pyomo_model import relaxation_bound
+
+    inst = make_window(7, D=2, G=G, seed=6)
+    place = Placement.identity(2, 4, 2)
+    obj = get_objective(objective)
+    data = packing_data(inst, place, 2)
+    eq4 = rank_load(inst.window, place).max(axis=1)
+    best = brute_force(inst, place, 2, objective)
+    part, _ = relaxation_bound(data, obj, symmetry_mode(obj), eq4=eq4, integral=2, time_limit=20)
+    full, _ = relaxation_bound(data, obj, symmetry_mode(obj), eq4=eq4, integral=7, time_limit=20)
+    assert part <= best[0] + 1e-9
+    assert full == pytest.approx(best[0], rel=1e-5)
+    res = solve_packing(inst, place, 2, objective=objective, time_limit=20)
+    assert res.stats["relaxation"]["bound"] <= res.score[0] + 1e-9 and res.bound <= res.score[0] + 1e-9
+
+
+def test_highs_mip_start_reaches_optimum():
+    """HiGHS 1.16 with presolve called a feasible MIP start "optimal" (objective misread in
+    the presolved space; scripts/bench_exact.py --highs-start-repro). With mip_start the
+    backend runs without presolve: from the greedy start it still reaches the brute-force
+    optimum, here the window where the bug showed (make_window(8, D=2, G=2, seed=3))."""
+    inst = make_window(8, D=2, G=2, seed=3)
+    place = Placement.identity(2, 4, 2)
+    res = solve_packing(inst, place, 2, objective="shard", backend="highs", mip_start=True, time_limit=30)
+    assert res.status == "optimal"
+    checked(inst, res, num_rows=2)
+    assert_lex_close(res.score, brute_force(inst, place, 2, "shard"))

@@ -85,7 +85,8 @@ class CpsatPacking:
     """
 
     def __init__(self, data: PackingData, objective: Objective, mode: str | None, *, expert_hook=None,
-                 demand_cap: float | None = None, tighten: bool = True, eq4: np.ndarray | None = None):
+                 demand_cap: float | None = None, tighten: bool = True, eq4: np.ndarray | None = None,
+                 branch_big: bool = False):
         self.data = data
         self.objective = objective
         self.model = m = cp_model.CpModel()
@@ -190,6 +191,16 @@ class CpsatPacking:
                   for r in range(R)]
         j_max = sc.att_mult * int(sc.att_int.sum()) + sc.gamma_int * int(demand_cap + 1)
         self._ub = j_max
+        if branch_big:
+            # branch first on the blocks of the costliest samples (their block decides
+            # which maxima they raise; with those fixed the LP bound is much tighter)
+            cost_i = data.att.sum(axis=0) + (data.gamma * data.demand.max(axis=2).sum(axis=1)
+                                             if data.demand is not None else 0.0)
+            order = np.argsort(-cost_i, kind="stable")
+            lits = [self.z[i, b] for i in order for b in self.blocks if (i, b) in self.z
+                    and not isinstance(self.z[i, b], cp_model.IntVar) or False]
+            lits = [self.y[i, c] for i in order for c in self.cells_of[i]]
+            m.add_decision_strategy(lits, cp_model.CHOOSE_FIRST, cp_model.SELECT_MAX_VALUE)
         self.level_keys = [level_key(level, R, G) for level in objective.levels]
         self.levels = [self._level(level) for level in objective.levels]
 
@@ -269,16 +280,23 @@ class CpsatPacking:
         return Layout(cell_of, self.data.num_rows, self.data.num_slots)
 
     def solve(self, budget: Budget, *, seed: int = 0, workers: int = 8, start: Layout | None = None,
-              extra_hint=None, on_solution=None, params: dict | None = None) -> SolveOutcome:
+              extra_hint=None, on_solution=None, params: dict | None = None,
+              floor: float | None = None) -> SolveOutcome:
         """Lexicographic sequence of solves within ``budget``.
 
         ``extra_hint(solver or None) -> dict var -> value`` adds hints for the caller's own
         variables (the joint model's placement); ``on_solution(solver)`` reads them back.
-        ``params`` sets further CP-SAT parameters by name.
+        ``params`` sets further CP-SAT parameters by name. ``floor``: a valid lower bound of
+        level 1 in cost units (e.g. :func:`~.pyomo_model.relaxation_bound`), added as
+        level_1_int >= unit (floor - rounding): every layout's integer value is within the
+        rounding of unit times its true value.
         """
         m = self.model
         outcomes, layout, extra = [], None, {}
         self.hint(start, extra_hint(None) if extra_hint else None)
+        if floor is not None and self.levels:
+            expr0, unit0, err0 = self.levels[0]
+            m.add(expr0 >= math.floor(unit0 * (floor - err0)) - 1)
         todo = [k for k in range(len(self.levels)) if self.level_keys[k] not in self.level_keys[:k]]
         n = len(todo)
         for pos, k in enumerate(todo):

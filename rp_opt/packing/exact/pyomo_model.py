@@ -28,7 +28,7 @@ class PyomoPacking:
 
     def __init__(self, data: PackingData, objective: Objective, mode: str | None, *, tighten: bool = True,
                  eq4: np.ndarray | None = None, level_tol: float = 1e-6,
-                 mip_start: bool = False):
+                 mip_start: bool = False, relax: np.ndarray | None = None):
         self.data, self.objective, self.level_tol = data, objective, level_tol
         self.mip_start = mip_start
         N, R, D, G, k = data.num_samples, data.num_rows, data.num_slots, data.num_shards, data.per_shard
@@ -49,6 +49,11 @@ class PyomoPacking:
 
         m = self.m = pe.ConcreteModel()
         m.y = pe.Var(keys, domain=pe.Binary)
+        if relax is not None:
+            # a partial LP relaxation: the y of these samples are continuous in [0, 1]
+            for (i, c), v in m.y.items():
+                if relax[i]:
+                    v.domain = pe.UnitInterval
         y = m.y
         m.cons = pe.ConstraintList()
         add = m.cons.add
@@ -133,7 +138,9 @@ class PyomoPacking:
             opt = Highs()
             opt.config.load_solution = False
             opt.config.mip_gap = 1e-7
-            opt.highs_options = {"random_seed": int(seed), "threads": int(threads), "mip_abs_gap": 1e-9}
+            # no "threads" option: HiGHS 1.16 keeps one global scheduler per process, and a
+            # different thread count than the first solve's is refused (status unknown)
+            opt.highs_options = {"random_seed": int(seed), "mip_abs_gap": 1e-9}
             return opt
 
         # HiGHS 1.16 bug (reproduced with highspy alone, see scripts/bench_exact.py
@@ -187,3 +194,38 @@ class PyomoPacking:
                 outcomes.append(LevelOutcome(st, None, None, secs, stats))
                 break
         return SolveOutcome(layout, outcomes, [self.level_tol * 100.0 / self.unit] * n, {})
+
+
+def relaxation_bound(data: PackingData, objective: Objective, mode: str | None, *, eq4: np.ndarray | None,
+                     integral: int, time_limit: float, seed: int = 0) -> tuple[float | None, dict]:
+    """A lower bound on level 1 from a partial LP relaxation, solved by HiGHS.
+
+    The ``integral`` costliest samples (attention plus expert cost alone) keep binary y;
+    every other y is continuous in [0, 1]. Every layout is feasible for it with the same
+    level-1 value, so its optimum, and any dual bound HiGHS proves for it, bounds level 1
+    of the packing. It is much tighter than the full LP: the lumpy samples decide which
+    maxima they raise, while the light ones still carry their own per-stage work and
+    per-rank tokens. Returns (bound in cost units or None, stats); the bound is lowered
+    by 1e-6 relative to cover HiGHS's feasibility tolerances.
+    """
+    t0 = time.perf_counter()
+    per_sample = data.att.sum(axis=0) + data.gamma * data.demand.max(axis=2).sum(axis=1)
+    relax = np.ones(data.num_samples, dtype=bool)
+    relax[np.argsort(-per_sample, kind="stable")[:integral]] = False
+    builder = PyomoPacking(data, objective, mode, tighten=True, eq4=eq4, relax=relax)
+    opt = Highs()
+    opt.config.load_solution = False
+    opt.config.mip_gap = 1e-7
+    opt.config.time_limit = max(0.05, time_limit - (time.perf_counter() - t0))
+    opt.highs_options = {"random_seed": int(seed), "mip_abs_gap": 1e-9}
+    builder.m.obj = pe.Objective(expr=builder.levels[0], sense=pe.minimize)
+    res = opt.solve(builder.m)
+    bound = res.best_objective_bound
+    stats = {"integral": int(integral), "status": res.termination_condition.name,
+             "seconds": time.perf_counter() - t0}
+    if bound is None or not np.isfinite(bound):
+        return None, stats
+    bound = float(bound) / builder.unit
+    bound -= 1e-6 * abs(bound)
+    stats["bound"] = bound
+    return bound, stats
