@@ -36,6 +36,9 @@ ARCFLOW_MAX_ARCS = 3_000_000
 CPSAT_MAX_VARS = 400_000
 MBS_MAX_ITEMS = 2_000
 DIVE_SHARE = 0.5          # share of the time left spent on LP diving before the exact decision
+DIVE_SHARE_LARGE = 0.85   # ... on graphs too large for the MIP (hard28), where CP-SAT rarely helps
+MIP_SHARE = 0.25         # share of the time left for the HiGHS MIP on the pruned graph ...
+MIP_MAX_ARCS = 10_000     # ... when it has at most this many item arcs
 DIVE_FIX_SHARES = (1.0, 0.5, 1.0, 0.25)   # per dive, cyclic: share of integral LP patterns fixed per step
 
 
@@ -239,13 +242,21 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
             pruned = arcflow.prune(graph, target * c - total)
             # LP diving toward K bins, up to DIVE_SHARE of the time left
             t0 = time.perf_counter()
-            dive_end = t0 + DIVE_SHARE * left
+            small = graph.arc_tail.size <= MIP_MAX_ARCS
+            dive_end = t0 + (DIVE_SHARE if small else DIVE_SHARE_LARGE) * left
             dives: dict = {"target": target, "dives": 0}
+            resume = None
             while time.perf_counter() < dive_end and not closed():
                 share = DIVE_FIX_SHARES[dives["dives"] % len(DIVE_FIX_SHARES)]
                 dives["dives"] += 1
-                s.offer(rounding.dive(graph, lengths, target, dive_end, rng, stats=dives, fix_share=share),
-                        "LP diving")
+                trail: list = []
+                s.offer(rounding.dive(graph, lengths, target, dive_end, rng, stats=dives, fix_share=share,
+                                      start=resume, trail=trail), "LP diving")
+                # every other failed dive resumes from a random middle state of the last one
+                # (its first LPs are the same each time), the others start afresh
+                resume = None
+                if dives["dives"] % 2 == 1 and len(trail) >= 3:
+                    resume = trail[int(rng.integers(1, len(trail) - 1))]
             dives["seconds"] = time.perf_counter() - t0
             s.stats.setdefault("diving", []).append(dives)
             if closed():
@@ -263,6 +274,22 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
                 break                                    # time limit without progress
             continue
         if graph is not None and exact in ("auto", "arcflow"):
+            if exact == "auto" and pruned.arc_tail.size <= MIP_MAX_ARCS:
+                # a short HiGHS branch-and-bound on the pruned graph: it proves "not in K bins"
+                # where the LP bound is not tight (e.g. Scholl N1C3W2_H, LP = 22, B = 23, in
+                # 0.13 s) where CP-SAT stalls; its time limit can be overrun by seconds, so
+                # only small graphs and a small share of the time
+                res = arcflow.solve_mip(pruned, lengths, MIP_SHARE * left, min_bins=s.lower, max_bins=target)
+                s.stats.setdefault("arcflow_mip", []).append({"target": target, "status": res.status,
+                                                              "seconds": res.seconds})
+                s.offer(res.bin_of, "arc-flow MIP")
+                if res.status == "Infeasible":
+                    s.raise_lower(target + 1, "exact search")
+                if closed() or proven_infeasible() or res.status == "Infeasible":
+                    continue
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    break
             res = arcflow.cpsat_decide(pruned, lengths, target, left, hint=hint)
             s.stats.setdefault("arcflow_cpsat", []).append({"target": target, "status": res.status, "seconds": res.seconds})
         elif n * target <= CPSAT_MAX_VARS and exact in ("auto", "cpsat"):

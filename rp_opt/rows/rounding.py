@@ -26,13 +26,13 @@ SIMPLEX_MAX_ARCS = 10_000
 
 def lp_flow(graph: arcflow.ArcFlowGraph, max_bins: int, time_limit: float) -> np.ndarray | None:
     """An optimum of the arc-flow LP with at most ``max_bins`` bins: the flow on item arcs
-    then loss arcs, or None when not solved. Simplex (a vertex, fewer fractional paths) on
-    small graphs; interior point without crossover on large ones, where the degenerate
-    simplex takes many seconds (hard28: 8-30 s against 2-3 s)."""
+    then loss arcs, or None when not solved. Simplex (a vertex: fewer fractional paths) on
+    small graphs; interior point with crossover (still a vertex) on large ones, where the
+    degenerate simplex takes many seconds (hard28: 8-30 s against about 3 s)."""
     h = arcflow._highs(time_limit)
     if graph.arc_tail.size > SIMPLEX_MAX_ARCS:
         h.setOptionValue("solver", "ipm")
-        h.setOptionValue("run_crossover", "off")
+        h.setOptionValue("run_crossover", "on")
     h.passModel(arcflow._model(graph, integral=False, max_bins=max_bins))
     h.run()
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
@@ -110,7 +110,8 @@ def _restrict(graph: arcflow.ArcFlowGraph, demand: np.ndarray) -> arcflow.ArcFlo
 
 
 def dive(graph: arcflow.ArcFlowGraph, lengths: np.ndarray, max_bins: int, deadline: float,
-         rng: np.random.Generator, stats: dict | None = None, fix_share: float = 1.0) -> np.ndarray | None:
+         rng: np.random.Generator, stats: dict | None = None, fix_share: float = 1.0,
+         start: tuple | None = None, trail: list | None = None) -> np.ndarray | None:
     """LP diving toward a packing into ``max_bins`` bins (sequential rounding).
 
     Repeat: solve the arc-flow LP of the residual items on the graph pruned by the residual
@@ -120,15 +121,21 @@ def dive(graph: arcflow.ArcFlowGraph, lengths: np.ndarray, max_bins: int, deadli
     random) is fixed per LP, a slower but less greedy dive (better on triplets, where all
     bins must be exactly full). Stops when every item is in a fixed bin, or the residual LP needs more
     bins than are left (a failed dive). Randomised by ``rng`` (ties and fractional picks).
+    ``start`` = (residual demand, fixed patterns) resumes from a state of an earlier dive;
+    every state this dive passes through is appended to ``trail`` (for such restarts).
     """
     stats = {} if stats is None else stats
     lengths = np.asarray(lengths, dtype=np.int64)
     c = graph.capacity
     sizes = graph.sizes
-    demand = graph.demand.astype(np.int64).copy()
-    fixed: list[np.ndarray] = []
+    if start is None:
+        demand, fixed = graph.demand.astype(np.int64).copy(), []
+    else:
+        demand, fixed = start[0].copy(), list(start[1])
     steps = 0
     while demand.sum() > 0:
+        if trail is not None:
+            trail.append((demand.copy(), list(fixed)))
         if time.perf_counter() >= deadline:
             return None
         bins_left = max_bins - len(fixed)
