@@ -10,7 +10,8 @@ A run is N:G:objective:backend:symmetry. Windows come from rp_opt.synth.generate
 (ling-tiny-like, D=4, P=4, L=8, E=16, capacity 16384) with the LPT placement (identity
 when LPT is absent) and R = R*. Prints one table row per run.
 
-``--joint K``: K tiny windows (N=8, D=2, G in {1, 2}, P=2, L=2, E=4) whose capacity is cut
+``--joint K``: K tiny windows (N=8, D=2, G in {1, 2}; P, L, E from ``--joint-ranks``,
+``--joint-layers``, ``--joint-experts``, default 2, 2, 4) whose capacity is cut
 to force R* >= 2 and whose gamma is scaled so the expert cost equals ``--expert-ratio``
 times the attention cost (aggregate bounds); joint model vs LPT placement then exact
 packing, both proven optimal.
@@ -59,26 +60,27 @@ def run_packing(spec: str, time_limit: float, seed: int, workers: int):
           flush=True)
 
 
-def tiny_window(seed: int, shards: int, expert_ratio: float):
-    """N=8, D=2, P=2, L=2, E=4; capacity cut so that the lengths need more than D bins
+def tiny_window(seed: int, shards: int, expert_ratio: float, experts: int = 4, ranks: int = 2, layers: int = 2):
+    """N=8, D=2, P=``ranks``, L=``layers``, E=``experts``; capacity cut so that the lengths need more than D bins
     (R* >= 2); gamma scaled so expert/attention aggregate bounds = ``expert_ratio``."""
-    inst = generate(model="ling-tiny-like", samples=8, dp=2, edp=shards, ep=2, capacity=8192, layers=2,
-                    experts=4, seed=seed)
+    inst = generate(model="ling-tiny-like", samples=8, dp=2, edp=shards, ep=ranks, capacity=8192, layers=layers,
+                    experts=experts, seed=seed)
     T = inst.window.lengths
     cap = int(max(T.max(), math.ceil(T.sum() / 2.6)))
-    inst = dataclasses.replace(inst, cluster=Cluster(2, shards, 2, cap))
+    inst = dataclasses.replace(inst, cluster=Cluster(2, shards, ranks, cap))
     b = cost_bounds(inst, 1)
     gamma = inst.cost.gamma * expert_ratio * b.attention_total / max(b.expert_total, 1e-12)
     return dataclasses.replace(inst, cost=dataclasses.replace(inst.cost, gamma=gamma))
 
 
-def run_joint(count: int, time_limit: float, expert_ratio: float, objective: str):
+def run_joint(count: int, time_limit: float, expert_ratio: float, objective: str, experts: int, ranks: int,
+              layers: int):
     rows_out = []
     for shards in (1, 2):
         wins = total = 0
         gains = []
         for seed in range(count):
-            inst = tiny_window(seed, shards, expert_ratio)
+            inst = tiny_window(seed, shards, expert_ratio, experts, ranks, layers)
             rows = default_num_rows(inst)
             if rows is None or rows < 2:
                 print(f"G={shards} seed {seed}: R*={rows}; skipped")
@@ -100,7 +102,8 @@ def run_joint(count: int, time_limit: float, expert_ratio: float, objective: str
         most = 100 * float(np.max(gains)) if gains else 0.0
         rows_out.append((shards, wins, total, mean, most))
     for shards, wins, total, mean, most in rows_out:
-        print(f"G={shards}: joint beats LPT-then-exact on {wins}/{total} windows ({objective}); "
+        print(f"E={experts} P={ranks} L={layers} ratio={expert_ratio} G={shards}: joint beats LPT-then-exact "
+              f"on {wins}/{total} windows ({objective}); "
               f"mean gain when it does {mean:.3f} %, max {most:.3f} %")
 
 
@@ -172,6 +175,9 @@ def main():
     ap.add_argument("--joint", type=int, default=0, help="number of tiny windows (per G) for the joint comparison")
     ap.add_argument("--expert-ratio", type=float, default=2.0)
     ap.add_argument("--objective", default="sync", help="objective of the joint comparison")
+    ap.add_argument("--joint-experts", type=int, default=4)
+    ap.add_argument("--joint-ranks", type=int, default=2)
+    ap.add_argument("--joint-layers", type=int, default=2)
     ap.add_argument("--highs-start-repro", default=None, metavar="DIR")
     args = ap.parse_args()
     if args.runs:
@@ -180,7 +186,8 @@ def main():
         for spec in args.runs:
             run_packing(spec, args.time_limit, args.seed, args.workers)
     if args.joint:
-        run_joint(args.joint, args.time_limit, args.expert_ratio, args.objective)
+        run_joint(args.joint, args.time_limit, args.expert_ratio, args.objective, args.joint_experts,
+                  args.joint_ranks, args.joint_layers)
     if args.highs_start_repro:
         highs_start_repro(args.highs_start_repro)
 

@@ -17,18 +17,13 @@ class FitResult:
 
 
 def fits_in_bins(lengths: np.ndarray, capacity: int, num_bins: int, max_items: int | None = None,
-                 time_limit: float = 10.0, hint: np.ndarray | None = None, workers: int = 2,
-                 full_bins: bool = False) -> FitResult:
+                 time_limit: float = 10.0, hint: np.ndarray | None = None, workers: int = 2) -> FitResult:
     """Decide whether the items fit in ``num_bins`` bins.
 
     Symmetry breaking: with items in non-increasing size order and bins labelled by their
     first (largest) item, item i lies in a bin b <= i, and each item larger than C/2 opens
     its own bin (b = i). ``hint`` (a bin per item, e.g. FFD) is passed as a solution hint for
     the items whose bin is < K.
-
-    ``full_bins``: decide "exactly K non-empty bins" instead, equivalent when K <= N (split
-    a bin of two or more items into an empty one), and then every bin holds at least
-    C - W where W = K C - sum T is the total waste; this cuts weak loads early.
     """
     start = time.perf_counter()
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -53,20 +48,11 @@ def fits_in_bins(lengths: np.ndarray, capacity: int, num_bins: int, max_items: i
     for i in range(n):
         for b, var in x[i].items():
             per_bin[b].append((i, var))
-    waste = k * int(capacity) - int(lengths.sum())
-    if full_bins and (k > n or waste < 0):
-        return FitResult("infeasible", None, time.perf_counter() - start)
     for b in range(k):
         if not per_bin[b]:
-            if full_bins:
-                return FitResult("infeasible", None, time.perf_counter() - start)
             continue
         # capacity: sum_i T_i x[i,b] <= C
-        load = sum(w[i] * v for i, v in per_bin[b])
-        model.add(load <= capacity)
-        if full_bins:
-            # waste: every one of the K non-empty bins holds at least C - W
-            model.add(load >= capacity - waste)
+        model.add(sum(w[i] * v for i, v in per_bin[b]) <= capacity)
         if max_items is not None:
             # cardinality: sum_i x[i,b] <= m
             model.add(sum(v for _, v in per_bin[b]) <= max_items)

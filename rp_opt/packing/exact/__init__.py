@@ -163,8 +163,9 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         CP-SAT, 31648 after 1 s of the heuristic).
     relax_bound
         First bound level 1 by a partial LP relaxation (the 8 costliest samples binary,
-        the others continuous; :func:`.pyomo_model.relaxation_bound`, HiGHS, at most 20%
-        of the time, 15 s); the bound is reported and given to CP-SAT as a constraint.
+        the others continuous; :func:`.pyomo_model.relaxation_bound`, HiGHS, at most 25%
+        of the time, 20 s; samples fractional in its optimum are made binary and it is solved
+        again); the bound is reported and given to CP-SAT as a constraint.
     mip_start
         HiGHS only: pass ``start`` as a MIP start (HiGHS then runs without presolve, see
         :mod:`.pyomo_model` for the HiGHS 1.16 bug this avoids); CP-SAT always gets hints.
@@ -212,9 +213,15 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     if relax_bound and data.num_samples > data.num_cells:
         from .pyomo_model import relaxation_bound
 
-        floor, stats["relaxation"] = relaxation_bound(
+        floor, stats["relaxation"], relaxed_layout = relaxation_bound(
             data, obj, mode, eq4=rank_load(window, placement).max(axis=1), integral=min(data.num_samples, 8),
-            time_limit=min(0.2 * budget.left(), 15.0), seed=seed)
+            time_limit=min(0.25 * budget.left(), 20.0), seed=seed)
+        if relaxed_layout is not None and layout_valid(data, relaxed_layout):
+            # an integral relaxation optimum: optimal for level 1; start from it
+            relaxed_layout = canonical_layout(relaxed_layout, data.num_shards, mode) if mode else relaxed_layout
+            if start is None or _better(score(instance, placement, relaxed_layout, obj), start_score):
+                start, start_score = relaxed_layout, score(instance, placement, relaxed_layout, obj)
+                stats["start"] = "relaxation"
     if backend == "cpsat":
         from .cpsat_model import CpsatPacking
 

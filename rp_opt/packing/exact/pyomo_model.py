@@ -197,35 +197,70 @@ class PyomoPacking:
 
 
 def relaxation_bound(data: PackingData, objective: Objective, mode: str | None, *, eq4: np.ndarray | None,
-                     integral: int, time_limit: float, seed: int = 0) -> tuple[float | None, dict]:
-    """A lower bound on level 1 from a partial LP relaxation, solved by HiGHS.
+                     integral: int, time_limit: float, seed: int = 0, rounds: bool = True):
+    """A lower bound on level 1 from partial LP relaxations, solved by HiGHS.
 
     The ``integral`` costliest samples (attention plus expert cost alone) keep binary y;
     every other y is continuous in [0, 1]. Every layout is feasible for it with the same
     level-1 value, so its optimum, and any dual bound HiGHS proves for it, bounds level 1
     of the packing. It is much tighter than the full LP: the lumpy samples decide which
     maxima they raise, while the light ones still carry their own per-stage work and
-    per-rank tokens. Returns (bound in cost units or None, stats); the bound is lowered
-    by 1e-6 relative to cover HiGHS's feasibility tolerances.
+    per-rank tokens. With ``rounds``, the samples whose y is fractional in the relaxation's
+    optimum become binary and it is solved again (each bound is valid; they increase);
+    when the optimum has no fractional sample it is a layout, optimal for level 1.
+
+    Returns
+    -------
+    (bound, stats, layout)
+        The best bound in cost units (None when none was proven), lowered by 1e-6 relative
+        to cover HiGHS's feasibility tolerances; stats per round; the level-1 optimal
+        layout when a relaxation came out integral, else None.
     """
     t0 = time.perf_counter()
     per_sample = data.att.sum(axis=0) + data.gamma * data.demand.max(axis=2).sum(axis=1)
     relax = np.ones(data.num_samples, dtype=bool)
     relax[np.argsort(-per_sample, kind="stable")[:integral]] = False
     builder = PyomoPacking(data, objective, mode, tighten=True, eq4=eq4, relax=relax)
-    opt = Highs()
-    opt.config.load_solution = False
-    opt.config.mip_gap = 1e-7
-    opt.config.time_limit = max(0.05, time_limit - (time.perf_counter() - t0))
-    opt.highs_options = {"random_seed": int(seed), "mip_abs_gap": 1e-9}
-    builder.m.obj = pe.Objective(expr=builder.levels[0], sense=pe.minimize)
-    res = opt.solve(builder.m)
-    bound = res.best_objective_bound
-    stats = {"integral": int(integral), "status": res.termination_condition.name,
-             "seconds": time.perf_counter() - t0}
-    if bound is None or not np.isfinite(bound):
-        return None, stats
-    bound = float(bound) / builder.unit
-    bound -= 1e-6 * abs(bound)
-    stats["bound"] = bound
-    return bound, stats
+    m = builder.m
+    m.obj = pe.Objective(expr=builder.levels[0], sense=pe.minimize)
+    best, layout, history = None, None, []
+    while True:
+        left = time_limit - (time.perf_counter() - t0)
+        if left < 0.05:
+            break
+        opt = Highs()
+        opt.config.load_solution = False
+        opt.config.mip_gap = 1e-7
+        opt.config.time_limit = left
+        # only the dual bound is wanted: no primal heuristics
+        opt.highs_options = {"random_seed": int(seed), "mip_abs_gap": 1e-9, "mip_heuristic_effort": 0.0}
+        res = opt.solve(m)
+        tc = res.termination_condition
+        bound = res.best_objective_bound
+        step = {"integral": int((~relax).sum()), "status": tc.name}
+        history.append(step)
+        if bound is None or not np.isfinite(bound):
+            break
+        bound = float(bound) / builder.unit
+        bound -= 1e-6 * abs(bound)
+        step["bound"] = bound
+        best = bound if best is None else max(best, bound)
+        if tc != TerminationCondition.optimal:
+            break
+        res.solution_loader.load_vars()
+        frac = np.zeros(data.num_samples, dtype=bool)
+        for (i, c), v in m.y.items():
+            val = pe.value(v)
+            if 1e-6 < val < 1 - 1e-6:
+                frac[i] = True
+        if not frac.any():
+            layout = builder.layout_from()
+            break
+        if not rounds:
+            break
+        for (i, c), v in m.y.items():
+            if frac[i]:
+                v.domain = pe.Binary
+        relax &= ~frac
+    return best, {"rounds": history, "seconds": time.perf_counter() - t0, "bound": best,
+                  "integral_optimum": layout is not None}, layout
