@@ -122,15 +122,23 @@ def make_problem(instance: Instance, demand_by_rank: np.ndarray, num_rows: int, 
     """The kernel's :class:`Problem` for ``instance`` with the given rank demand and R."""
     objective = get_objective(objective)
     window, cluster, cost = instance.window, instance.cluster, instance.cost
-    n, num_layers, num_ranks = demand_by_rank.shape
+    if demand_by_rank.ndim == 2:
+        # already rank-major flat [N, P*L] int32 (:func:`rank_major_demand`)
+        n, num_layers, num_ranks = demand_by_rank.shape[0], window.num_layers, demand_by_rank.shape[1] // window.num_layers
+        flat = np.ascontiguousarray(demand_by_rank, dtype=np.int32)
+    else:
+        n, num_layers, num_ranks = demand_by_rank.shape
+        flat = None
     eps = 1e-6 / (cluster.edp * num_rows)
     aggregates = []
     for k, level in enumerate(objective.levels):
         for coef, agg in level:
             aggregates.append((agg.attention, agg.expert, agg.inner, _AXIS[agg.over], agg.outer, coef * eps ** k))
     require(int(demand_by_rank.max(initial=0)) * n < 2 ** 31, "demand", "rank loads overflow int32")
-    # rank-major [N, P, L]: the max over p is then an elementwise max of P contiguous rows
-    return Problem(np.ascontiguousarray(demand_by_rank.transpose(0, 2, 1).reshape(n, -1), dtype=np.int32),
+    if flat is None:
+        # rank-major [N, P, L]: the max over p is then an elementwise max of P contiguous rows
+        flat = np.ascontiguousarray(demand_by_rank.transpose(0, 2, 1).reshape(n, -1), dtype=np.int32)
+    return Problem(flat,
                    window.lengths.astype(np.int64), window.attn_work.astype(np.float64),
                    cost.alpha, cost.beta, cost.layers, float(cost.gamma), int(num_rows), cluster.dp, cluster.edp,
                    num_layers, num_ranks, cluster.capacity, cluster.max_samples_per_cell, aggregates, eps)
@@ -564,6 +572,66 @@ def certified_rows(instance: Instance, time_limit: float) -> tuple[int, Layout |
     return int(cert.r_star), cert.witness, {"rows_method": cert.bound_method, "rows_status": cert.status}
 
 
+def rank_major_demand(window, placement: Placement, chunk: int = 128) -> np.ndarray:
+    """[N, P*L] int32, rank-major: dem[i, p*L + l] = sum_{e: pi_l(e) = p} a[i,l,e].
+
+    The same numbers as :func:`rp_opt.cost.rank_demand` (transposed), about 5x faster: one
+    gather per chunk of samples orders every sample's a[i,l,e] as [E/P, P, L] (the j-th
+    expert of rank p of layer l), then a sum over the leading E/P axis adds contiguous
+    [P*L] rows (no short-axis reduction, no float conversion); chunks stay in cache.
+    """
+    n, num_layers, num_experts = window.demand.shape
+    num_ranks = placement.num_ranks
+    per_rank = num_experts // num_ranks
+    if window.demand.dtype.itemsize > 2 and int(window.demand.max(initial=0)) * per_rank >= 2 ** 31:
+        return np.ascontiguousarray(rank_demand(window, placement).transpose(0, 2, 1).reshape(n, -1))
+    experts = placement.experts_of_ranks().reshape(num_layers, num_ranks, per_rank)     # [L, P, E/P]
+    index = (np.arange(num_layers)[None, None, :] * num_experts + experts.transpose(2, 1, 0)).ravel()
+    flat = window.demand.reshape(n, num_layers * num_experts)
+    out = np.empty((n, num_ranks * num_layers), dtype=np.int32)
+    for start in range(0, n, chunk):
+        block = np.take(flat[start:start + chunk], index, axis=1).reshape(-1, per_rank, num_ranks * num_layers)
+        np.sum(block, axis=1, dtype=np.int32, out=out[start:start + chunk])
+    return out
+
+
+def analytic_bounds(instance: Instance, num_rows: int, load: np.ndarray, major: np.ndarray):
+    """``rp_opt.cost.cost_bounds(instance, num_rows)`` (placement-free) from the expert load
+    ``load`` [L, E] and the rank-major demand ``major`` [N, P*L] the heuristic already has,
+    without two more passes over a[i,l,e] for the load; same values."""
+    from ..cost import CostBounds, sample_attention
+
+    window, cluster, cost = instance.window, instance.cluster, instance.cost
+    num_ranks, num_layers = cluster.ep, window.num_layers
+    attention = sample_attention(window, cost)
+    expert_total = cost.gamma * float(np.maximum(load.max(axis=1), -(-load.sum(axis=1) // num_ranks)).sum())
+    # per sample and layer: max(largest expert count, ceil(tokens / P)); tokens = sum over ranks
+    n = window.num_samples
+    tokens = major.reshape(n, num_ranks, num_layers).sum(axis=1, dtype=np.int64)
+    widest = window.demand.max(axis=2)
+    sample_expert = cost.gamma * np.maximum(widest, -(-tokens // num_ranks)).sum(axis=1)
+    return CostBounds(cluster.edp / cluster.dp * float(attention.sum()), expert_total, attention,
+                      np.asarray(sample_expert, dtype=np.float64), int(num_rows), cluster.edp)
+
+
+def plan_costs(instance: Instance, layout: Layout, major: np.ndarray):
+    """:class:`rp_opt.cost.Costs` of ``layout`` from scratch (not the incremental state):
+    W by block sums of the rank-major demand, A by :func:`rp_opt.cost.attention_cost`."""
+    from ..cost import Costs, attention_cost
+
+    window, cluster = instance.window, instance.cluster
+    shards, rows = cluster.edp, layout.num_rows
+    num_layers = window.num_layers
+    num_ranks = major.shape[1] // num_layers
+    block = layout.row_of * shards + layout.slot_of // (cluster.dp // shards)
+    order = np.argsort(block, kind="stable")
+    starts = np.searchsorted(block[order], np.arange(rows * shards))
+    loads = np.add.reduceat(major[order].astype(np.int64), starts, axis=0)     # every block is non-empty
+    loads = loads.reshape(rows, shards, num_ranks, num_layers).transpose(0, 1, 3, 2).astype(np.float64)
+    expert = instance.cost.gamma * loads.max(axis=3).sum(axis=2)
+    return Costs(attention_cost(window, instance.cost, layout, shards), expert, loads)
+
+
 def fast_rank_demand(window, placement: Placement) -> np.ndarray:
     """``rank_demand`` [N, L, P]; for the identity placement one reshape-sum over the
     contiguous experts of each rank, otherwise :func:`rp_opt.cost.rank_demand`."""
@@ -576,34 +644,80 @@ def fast_rank_demand(window, placement: Placement) -> np.ndarray:
 
 def search_layout(problem: Problem, start: np.ndarray, *, deadline: float | None = None,
                   max_evaluations: int | None = None, seed: int = 0, cap: int | None = 16,
-                  surrogate: float = 0.05):
+                  surrogate: float = 0.05, screen: int | None = None, workers: int = 1,
+                  round_evaluations: int = 64):
     """Block-pair search (:mod:`.improve`) from ``start``: first passes over all block pairs
     under the energy plus ``surrogate`` * sum J (credit for lowering the total, which makes
     room for the primary), then the exact energy on the blocks that decide the primary.
-    Returns (cell_of, exact energy, stats dict)."""
+
+    With ``workers`` > 1 (and at least two rows per worker) both phases run as rounds of
+    :class:`rp_opt.packing.improve.ParallelSearch` (disjoint row groups on separate
+    processes, merged after each round); rounds last ``max(0.5 s, 20 full evaluations)``
+    under a deadline, or ``round_evaluations`` block pairs per worker with
+    ``max_evaluations`` (deterministic). Returns (cell_of, exact energy, stats dict)."""
     from dataclasses import replace
 
-    from .improve import BlockSearch
+    from .improve import BlockSearch, ParallelSearch, SearchStats
 
     deadline = np.inf if deadline is None else deadline
     rng = np.random.default_rng((seed, 7))
     out = {}
     layout = np.asarray(start, dtype=np.int64)
     evals = None if max_evaluations is None else max(1, int(0.85 * max_evaluations))
-    if surrogate > 0:
-        sur = replace(problem, aggregates=list(problem.aggregates) + [(1.0, 1.0, "sum", 1, "sum", surrogate)])
-        search = BlockSearch(sur, layout, cap=cap, seed=seed)
+    rest = None if max_evaluations is None else max(1, max_evaluations - (evals or 0))
+    sur = replace(problem, aggregates=list(problem.aggregates) + [(1.0, 1.0, "sum", 1, "sum", surrogate)]) \
+        if surrogate > 0 else None
+    workers = max(1, min(int(workers), problem.rows // 2))
+    if workers > 1:
+        par = ParallelSearch({"sweep": sur if sur is not None else problem, "run": problem}, layout, workers,
+                             cap=cap, screen=screen)
+        try:
+            # a round rebuilds every worker's state (one full evaluation): keep that <= 5 %
+            t = time.perf_counter()
+            par._energy("run", layout)
+            round_len = max(0.5, 20 * (time.perf_counter() - t))
+            now = time.perf_counter()
+            phases = [("run", deadline, rest)]
+            if sur is not None:
+                phases.insert(0, ("sweep", now + 0.85 * (deadline - now) if np.isfinite(deadline) else deadline, evals))
+            energy, rounds = None, 0
+            for phase, end, budget in phases:
+                st = SearchStats()
+                began = time.perf_counter()
+                while time.perf_counter() < end - 0.02 and (budget is None or st.evaluations < budget):
+                    per_round = None if budget is None else min(budget - st.evaluations, round_evaluations * workers)
+                    before = st.improvements
+                    energy = par.round(phase, min(end, time.perf_counter() + round_len), per_round,
+                                       (seed, rounds, 11), st)
+                    rounds += 1
+                    if st.local_optimum and st.improvements == before:
+                        break
+                key = "sweep" if phase == "sweep" else "exact"
+                out.update({f"{key}_evaluations": st.evaluations, f"{key}_improvements": st.improvements,
+                            f"{key}_candidates": st.candidates, f"{key}_seconds": time.perf_counter() - began})
+                if phase == "run":
+                    out["local_optimum"] = st.local_optimum
+            layout = par.current.copy()
+            out.update(workers=workers, rounds=rounds)
+        finally:
+            par.close()
+        state = State(problem, 1)
+        load_layouts(problem, state, [0], [layout])
+        energy = float(state.energy[0])
+        state.close()
+        return layout, energy, out
+    if sur is not None:
+        search = BlockSearch(sur, layout, cap=cap, seed=seed, screen=screen)
         now = time.perf_counter()
         st = search.sweep(now + 0.85 * (deadline - now) if np.isfinite(deadline) else deadline, rng, evals)
         layout = search.layout()
         search.close()
         out.update(sweep_evaluations=st.evaluations, sweep_improvements=st.improvements,
                    sweep_candidates=st.candidates, sweep_seconds=st.seconds)
-    search = BlockSearch(problem, layout, cap=cap, seed=seed + 1)
-    rest = None if max_evaluations is None else max(1, max_evaluations - (evals or 0))
+    search = BlockSearch(problem, layout, cap=cap, seed=seed + 1, screen=screen)
     st = search.run(deadline, rng, max_evaluations=rest)
     out.update(exact_evaluations=st.evaluations, exact_improvements=st.improvements,
-               exact_candidates=st.candidates, exact_seconds=st.seconds, local_optimum=st.local_optimum)
+               exact_candidates=st.candidates, exact_seconds=st.seconds, local_optimum=st.local_optimum, workers=1)
     layout, energy = search.layout(), search.energy()
     search.close()
     return layout, energy, out
@@ -670,12 +784,14 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     timings["rows"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    demand = rank_demand(window, placement)
+    major = rank_major_demand(window, placement)                       # [N, P*L] int32
+    # [N, L, P] view for the seeds and the bounds (no copy)
+    demand = major.reshape(window.num_samples, cluster.ep, window.num_layers).transpose(0, 2, 1)
     timings["rank_demand"] = time.perf_counter() - t
     t = time.perf_counter()
     rules = options.get("seeds")
     if rules is None:
-        rules = ["witness", "ffd", "kk"]
+        rules = ["witness", "ffd", "kk", "blocks", "blocks-kk"]
         # the expert-aware greedy costs O(N R G L P): only when it fits the budget
         if greedy_seconds(instance, num_rows, cluster.ep) <= 0.1 * time_limit:
             rules.append("greedy")
@@ -695,7 +811,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         raise InputError("window", f"no seed layout of R*={num_rows} rows could be built")
 
     t = time.perf_counter()
-    problem = make_problem(instance, demand, num_rows, objective)
+    problem = make_problem(instance, major, num_rows, objective)
     bound_stats = report_bounds(instance, placement, num_rows, objective, demand, baseline=False, load=load)
     bound_stats.pop("analytic_bounds")
     timings["bounds"] = time.perf_counter() - t
@@ -707,10 +823,18 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     do_search = bool(options.get("search", True)) and problem.num_pairs > 1
 
     # time left for the packing, less a reserve for the final scoring (one full evaluation)
-    reserve = float(options.get("reserve", 0.06 * time_limit))
+    reserve = float(options.get("reserve", 0.04 * time_limit))
     remaining = max(time_limit - (time.perf_counter() - started) - reserve, 0.05)
-    share = float(options.get("anneal_share", 0.1 if problem.num_pairs >= 64 else 0.3)) if do_search else 1.0
     deterministic = options.get("temperatures") is not None
+    # measured (scripts/bench_heuristic.py): on windows of >= 64 blocks the block search gains
+    # far more per second than the anneal, so the first round starts from the best seed
+    share = float(options.get("anneal_share", 0.0 if problem.num_pairs >= 64 and not deterministic else 0.3)) \
+        if do_search else 1.0
+    search_workers = options.get("search_workers")
+    if search_workers is None:
+        # a second search process only pays when a core is free (measured: under a full
+        # machine the session gets the same CPU time with one or two processes)
+        search_workers = workers if os.getloadavg()[0] <= (os.cpu_count() or 1) - 1 else 1
     run_limit = None
     if deterministic:
         stop = MaxIterations(int(options["temperatures"]))
@@ -721,6 +845,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         stop = MaxSeconds(run_limit)
         if options.get("no_improvement"):
             stop = stop | NoImprovement(int(options["no_improvement"]))
+    skip_anneal = share == 0.0
     deadline = None if deterministic else started + time_limit - reserve
     timings["anneal"] = timings["search"] = 0.0
     search_stats: dict = {}
@@ -729,12 +854,20 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         # one round: population annealing from the best so far and the seeds (diversification),
         # then the block-pair search from the anneal's best (intensification); another round
         # only when the search stopped at a local optimum with time left
-        found, energy, astats = anneal(
-            problem, starts if best is None else [best] + starts, replicas=replicas, workers=workers,
-            seed=int(seed) + 1000 * rounds, stop=stop, time_limit=run_limit,
-            temperatures=int(options.get("temperatures") or 60),
-            steps_per_temperature=int(options.get("steps_per_temperature", 20)),
-            candidates=int(options.get("candidates", 4)))
+        if skip_anneal and best is None:
+            state = State(problem, len(starts))
+            load_layouts(problem, state, range(len(starts)), starts)
+            k = int(np.argmin(state.energy))
+            found, energy = np.asarray(starts[k], dtype=np.int64), float(state.energy[k])
+            astats = AnnealStats(start_energies=state.energy.tolist())
+            state.close()
+        else:
+            found, energy, astats = anneal(
+                problem, starts if best is None else [best] + starts, replicas=replicas, workers=workers,
+                seed=int(seed) + 1000 * rounds, stop=stop, time_limit=run_limit,
+                temperatures=int(options.get("temperatures") or 60),
+                steps_per_temperature=int(options.get("steps_per_temperature", 20)),
+                candidates=int(options.get("candidates", 4)))
         timings["anneal"] += astats.seconds
         if seed_energy is None:
             seed_energy = dict(zip(names, astats.start_energies or []))
@@ -748,25 +881,26 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         evals = int(options.get("search_evaluations", 200)) if deterministic else options.get("search_evaluations")
         found, energy, search_stats = search_layout(
             problem, best, deadline=deadline, max_evaluations=evals, seed=int(seed) + 1000 * rounds,
-            cap=options.get("search_cap", 16), surrogate=float(options.get("surrogate", 0.05)))
+            cap=options.get("search_cap"), surrogate=float(options.get("surrogate", 0.05)),
+            screen=options.get("search_screen", 32), workers=int(search_workers))
         if energy <= best_energy:
             best, best_energy = found, energy
         timings["search"] += time.perf_counter() - t
         left = (started + time_limit - reserve) - time.perf_counter()
         if deterministic or not search_stats.get("local_optimum") or left < 0.1 * time_limit:
             break
-        run_limit = share * left
+        # the search is at a local optimum: diversify with an anneal from it and the seeds
+        run_limit = max(share, 0.3) * left
         stop = MaxSeconds(run_limit)
     stats["rounds"] = rounds
 
     t = time.perf_counter()
     layout = Layout(best, num_rows, cluster.dp)
-    from ..cost import score as full_score
     chosen = "search" if do_search and best_energy < anneal_energy else "anneal"
     # the exact tuple decides against the warm start (never return worse than it)
     if warm_layout is not None:
-        value = full_score(instance, placement, layout, objective, demand)
-        start_value = full_score(instance, placement, warm_layout, objective, demand)
+        value = objective.evaluate(plan_costs(instance, layout, major))
+        start_value = objective.evaluate(plan_costs(instance, warm_layout, major))
         stats["warm_start_score"] = list(start_value)
         if start_value < value:
             layout, chosen = warm_layout, "warm_start"
@@ -775,12 +909,12 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         seeds=names, seed_energy=seed_energy, best_from=chosen, temperatures=astats.temperatures,
         steps=astats.steps, proposals=astats.proposals, accepted=astats.accepted,
         moves_per_second=astats.proposals / max(astats.seconds, 1e-9), t_start=astats.t_start, t_end=astats.t_end,
-        anneal_energy=anneal_energy, energy=best_energy, eps=problem.eps, search=search_stats)
+        anneal_energy=anneal_energy, energy=best_energy, eps=problem.eps, search=search_stats,
+        search_workers=int(search_workers))
     stats.update(bound_stats)
     stats["timings"] = timings
     # what plan_result does, without recomputing the analytic bounds (one pass over a[i,l,e])
-    from ..cost import layout_costs
-    value = objective.evaluate(layout_costs(instance, placement, layout, demand))
+    value = objective.evaluate(plan_costs(instance, layout, major))
     stats["primary_proven"] = bool(stats["lower_bound"] >= value[0] * (1 - 1e-9))
     timings["score"] = time.perf_counter() - t
     result = Result(FEASIBLE, Plan(placement, layout, objective.name, value, stats), value, stats["lower_bound"],
@@ -832,7 +966,12 @@ def report_bounds(instance: Instance, placement: Placement, num_rows: int, objec
     out: dict = {}
     objective = get_objective(objective)
     from ..cost import cost_bounds
-    analytic = cost_bounds(instance, num_rows)
+    if load is not None and demand_by_rank.ndim == 3 and demand_by_rank.strides[1] < demand_by_rank.strides[2]:
+        # the rank-major demand's [N, L, P] view: the bounds from it and the load (no pass over a)
+        n, num_layers, num_ranks = demand_by_rank.shape
+        analytic = analytic_bounds(instance, num_rows, load, demand_by_rank.transpose(0, 2, 1).reshape(n, -1))
+    else:
+        analytic = cost_bounds(instance, num_rows)
     strong = strong_bounds(instance, num_rows, load, analytic)
     out["analytic_bounds"] = analytic
     out["analytic_bound"] = analytic.objective(objective)[0]

@@ -26,6 +26,7 @@ production window): hundreds to thousands of block pairs a second on one core.
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import time
 from dataclasses import dataclass, field
 
@@ -108,9 +109,12 @@ class BlockSearch:
         Starting layout (cell of every sample), valid for R* rows.
     """
 
-    def __init__(self, problem: Problem, cell_of: np.ndarray, cap: int | None = None, seed=0):
+    def __init__(self, problem: Problem, cell_of: np.ndarray, cap: int | None = None, seed=0,
+                 screen: int | None = None):
         self.p = p = problem
         self.cap = cap
+        self.screen = screen
+        self.allowed = None          # bool [blocks]: search only pairs of these blocks (a worker's rows)
         self.rng = np.random.default_rng(seed)
         self.subsampled = False
         self.state = State(problem, 1)
@@ -167,8 +171,15 @@ class BlockSearch:
         a2_s = layers @ np.maximum(ex2[:, lj][:, None, :], w2[:, lj][:, None, :] - dw).reshape(len(layers), -1)
         U1 = W1[None] - DI                                              # [n1, PL]
         U2 = W2[None] - DJ                                              # [n2, PL]
-        x1_s = gamma * (U1[:, None, :] + DJ[None]).reshape(n1 * n2, *shape).max(axis=1).sum(axis=1)
-        x2_s = gamma * (U2[None, :, :] + DI[:, None]).reshape(n1 * n2, *shape).max(axis=1).sum(axis=1)
+        screened = self.screen is not None and n1 * n2 > self.screen
+        if screened:
+            # lower bounds of the swaps' X: the new max over ranks of layer l is at least the
+            # new load of the rank that is the block's busiest now (p*_l), which is linear in
+            # the two samples: X1 >= gamma (sum_l W1[p*_l, l] - s_i + s_j), an outer sum
+            x1_s, x2_s = self._swap_bounds(W1, W2, DI, DJ)
+        else:
+            x1_s = gamma * (U1[:, None, :] + DJ[None]).reshape(n1 * n2, *shape).max(axis=1).sum(axis=1)
+            x2_s = gamma * (U2[None, :, :] + DI[:, None]).reshape(n1 * n2, *shape).max(axis=1).sum(axis=1)
 
         # relocations i -> cell of b2 [n1, k] and j -> cell of b1 [n2, k]
         k = p.per_shard
@@ -196,10 +207,26 @@ class BlockSearch:
             return np.inf, None
         delta = pair_delta(p, st.attention[0], st.expert[0], b1, b2, a1, x1, a2, x2)
         delta = np.where(ok, delta, np.inf)
+        ns = n1 * n2
+        if screened:
+            # the swap deltas so far are lower bounds (the energy is non-decreasing in every
+            # A, X entry): evaluate exactly the ``screen`` swaps of least bound; a swap left
+            # out cannot beat the best exact move when its bound is not below it
+            top = np.argpartition(delta[:ns], self.screen - 1)[:self.screen]
+            top = top[np.isfinite(delta[top])]
+            if top.size:
+                ii, jj = top // n2, top % n2
+                x1e = gamma * (U1[ii] + DJ[jj]).reshape(top.size, *shape).max(axis=1).sum(axis=1)
+                x2e = gamma * (U2[jj] + DI[ii]).reshape(top.size, *shape).max(axis=1).sum(axis=1)
+                exact = pair_delta(p, st.attention[0], st.expert[0], b1, b2, a1[top], x1e, a2[top], x2e)
+                self.last_exact = top.size
+                delta[:ns] = np.inf
+                delta[top] = exact
+            else:
+                delta[:ns] = np.inf
         best = int(np.argmin(delta))
         if not np.isfinite(delta[best]):
             return np.inf, None
-        ns = n1 * n2
         if best < ns:
             move = ("swap", int(I[best // n2]), int(J[best % n2]), None)
         elif best < ns + n1 * k:
@@ -209,6 +236,24 @@ class BlockSearch:
             q = best - ns - n1 * k
             move = ("move", int(J[q // k]), None, int(cells1[q % k]))
         return float(delta[best]), move
+
+    def _swap_bounds(self, W1, W2, DI, DJ):
+        """[n1*n2] lower bounds of X[b1], X[b2] after every swap (i in b1, j in b2), from the
+        busiest rank p*_l of each layer of each block: O((n1 + n2) L + n1 n2)."""
+        p = self.p
+        num_ranks, num_layers = p.num_ranks, p.num_layers
+        layer = np.arange(num_layers)
+        out = []
+        for W, out_of, into in ((W1, DI, DJ), (W2, DJ, DI)):
+            top = W.reshape(num_ranks, num_layers).argmax(axis=0) * num_layers + layer   # flat p*_l
+            base = float(W[top].sum())
+            s_out = out_of[:, top].sum(axis=1, dtype=np.int64)
+            s_in = into[:, top].sum(axis=1, dtype=np.int64)
+            out.append((base, s_out, s_in))
+        (b1, o1, i1), (b2, o2, i2) = out
+        x1 = p.gamma * (b1 - o1[:, None] + i1[None, :]).ravel()       # i leaves b1, j joins
+        x2 = p.gamma * (b2 - o2[None, :] + i2[:, None]).ravel()       # j leaves b2, i joins
+        return x1, x2
 
     # -- applying a move ------------------------------------------------------------------
 
@@ -250,6 +295,9 @@ class BlockSearch:
 
     # -- the search -------------------------------------------------------------------------
 
+    def _blocks(self) -> np.ndarray:
+        return np.arange(self.p.num_pairs) if self.allowed is None else np.flatnonzero(self.allowed)
+
     def critical_blocks(self) -> np.ndarray:
         """Blocks that decide the primary: each group's maximum when the primary's first
         aggregate has an inner max (sync: every row's worst shard), all blocks of the
@@ -261,11 +309,13 @@ class BlockSearch:
         mg, bg = (m, blocks) if axis == 1 else (m.T, blocks.T)
         if inner == "max":
             crit = bg[np.arange(bg.shape[0]), mg.argmax(axis=1)]
-            return crit[np.argsort(-mg.max(axis=1), kind="stable")]
-        if outer == "max":
+            crit = crit[np.argsort(-mg.max(axis=1), kind="stable")]
+        elif outer == "max":
             g = int(np.argmax(mg.sum(axis=1)))
-            return bg[g][np.argsort(-mg[g], kind="stable")]
-        return np.argsort(-m.ravel(), kind="stable")
+            crit = bg[g][np.argsort(-mg[g], kind="stable")]
+        else:
+            crit = np.argsort(-m.ravel(), kind="stable")
+        return crit if self.allowed is None else crit[self.allowed[crit]]
 
     def _key(self, b1: int, b2: int):
         g = self.p.shards
@@ -293,8 +343,8 @@ class BlockSearch:
         p = self.p
         stats = SearchStats() if stats is None else stats
         started = time.perf_counter()
-        nb = p.num_pairs
-        a, b = np.triu_indices(nb, 1)
+        blocks = self._blocks()
+        a, b = (blocks[x] for x in np.triu_indices(blocks.size, 1))
         while True:
             improved = False
             tol = 1e-15 * abs(float(self.state.energy[0])) + 1e-300
@@ -382,6 +432,8 @@ class BlockSearch:
         stats = SearchStats()
         started = time.perf_counter()
         nb, g = p.num_pairs, p.shards
+        allowed = np.ones(nb, dtype=bool) if self.allowed is None else self.allowed
+        pool = np.flatnonzero(allowed)
 
         def out_of_budget():
             return time.perf_counter() >= deadline or (max_evaluations is not None
@@ -394,8 +446,8 @@ class BlockSearch:
                 b1 = int(b1)
                 r1 = b1 // g
                 # partners: the same row first (share), then every other block in random order
-                same = [r1 * g + q for q in range(g) if r1 * g + q != b1]
-                others = [b for b in rng.permutation(nb).tolist() if b // g != r1]
+                same = [r1 * g + q for q in range(g) if r1 * g + q != b1 and allowed[r1 * g + q]]
+                others = [b for b in rng.permutation(pool).tolist() if b // g != r1]
                 if same and rng.random() < same_row_share:
                     order = list(rng.permutation(same)) + others
                 else:
@@ -412,10 +464,10 @@ class BlockSearch:
                 continue
             # no critical block improves: random non-critical pairs lower the later levels
             # (sum J), which makes room for the primary
-            for _ in range(4 * nb):
+            for _ in range(4 * pool.size if pool.size > 1 else 0):
                 if out_of_budget():
                     break
-                b1, b2 = (int(b) for b in rng.choice(nb, 2, replace=False))
+                b1, b2 = (int(b) for b in rng.choice(pool, 2, replace=False))
                 if self.try_pair(b1, b2, stats, tol):
                     improved = True
                     break
@@ -433,3 +485,146 @@ class BlockSearch:
 
     def close(self):
         self.state.close()
+
+
+# ---------------------------------------------------------------------------------------
+# Two (or more) cores: disjoint row groups searched in parallel, merged every round
+# ---------------------------------------------------------------------------------------
+
+def _search_part(problem: Problem, cell_of: np.ndarray, allowed: np.ndarray, phase: str, deadline: float,
+                 max_evaluations: int | None, seed, cap, screen):
+    """One worker's round: the search restricted to pairs of the ``allowed`` blocks."""
+    search = BlockSearch(problem, cell_of, cap=cap, seed=seed, screen=screen)
+    search.allowed = allowed
+    rng = np.random.default_rng(seed)
+    if phase == "sweep":
+        st = search.sweep(deadline, rng, max_evaluations)
+    else:
+        st = search.run(deadline, rng, max_evaluations=max_evaluations)
+    out = search.layout(), search.energy(), st, search.state.attention[0].copy(), search.state.expert[0].copy()
+    search.close()
+    return out
+
+
+def _search_worker(conn, problems, current, results, index, cap, screen):
+    while True:
+        task = conn.recv()
+        if task is None:
+            break
+        allowed, phase, deadline, max_evaluations, seed = task
+        layout, energy, st, attention, expert = _search_part(problems[phase], np.array(current), allowed, phase,
+                                                             deadline, max_evaluations, seed, cap, screen)
+        results[index] = layout
+        conn.send((energy, st, attention, expert))
+    conn.close()
+
+
+class ParallelSearch:
+    """The block-pair search on ``workers`` processes (forked, layouts in shared memory).
+
+    Every round splits the R rows at random into ``workers`` disjoint groups; worker w
+    searches only block pairs inside its group (every move then stays inside the group's
+    rows, so the groups' results merge into one valid layout: each sample takes its cell
+    from the worker that owns its row). For ``sync`` the primary sum_r max_g J and the
+    secondary sum J are sums over rows, so the merged change is the sum of the workers'
+    changes; for an objective that couples rows (``shard``: max over shards of sums over
+    rows) the merge is checked: the best of the merged layout and each worker's own
+    layout under the exact energy is kept. A new random split each round lets every pair
+    of rows meet. Deterministic for a seed and a worker count when rounds are bounded by
+    evaluations (``max_evaluations``) instead of a deadline.
+
+    Parameters
+    ----------
+    problems
+        {"sweep": surrogate Problem, "run": exact Problem} (same window, rows, demand).
+    workers
+        Processes (this one included).
+    """
+
+    def __init__(self, problems: dict, start: np.ndarray, workers: int, cap=None, screen=None):
+        from multiprocessing import shared_memory
+
+        self.problems = problems
+        self.workers = workers
+        self.cap, self.screen = cap, screen
+        n = start.size
+        self._shm = [shared_memory.SharedMemory(create=True, size=8 * n),
+                     shared_memory.SharedMemory(create=True, size=8 * n * workers)]
+        self.current = np.ndarray((n,), dtype=np.int64, buffer=self._shm[0].buf)
+        self.current[:] = start
+        self.results = np.ndarray((workers, n), dtype=np.int64, buffer=self._shm[1].buf)
+        self.conns, self.procs = [], []
+        ctx = mp.get_context("fork")
+        for w in range(1, workers):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_search_worker, args=(child, problems, self.current, self.results, w, cap,
+                                                            screen), daemon=True)
+            proc.start()
+            child.close()
+            self.conns.append(parent)
+            self.procs.append(proc)
+
+    def _energy(self, phase: str, cell_of: np.ndarray) -> float:
+        state = State(self.problems[phase], 1)
+        load_layouts(self.problems[phase], state, [0], [cell_of])
+        energy = float(state.energy[0])
+        state.close()
+        return energy
+
+    def round(self, phase: str, deadline: float, max_evaluations: int | None, seed, stats: SearchStats) -> float:
+        """One round: split rows, search the groups in parallel, merge. Returns the energy
+        (of ``phase``'s problem) of the layout kept, which becomes :attr:`current`."""
+        p = self.problems[phase]
+        rng = np.random.default_rng(seed)
+        group_of_row = np.empty(p.rows, dtype=np.int64)
+        group_of_row[rng.permutation(p.rows)] = np.arange(p.rows) % self.workers
+        group_of_block = np.repeat(group_of_row, p.shards)
+        per_worker = None if max_evaluations is None else max(1, max_evaluations // self.workers)
+        for w, conn in enumerate(self.conns, start=1):
+            conn.send((group_of_block == w, phase, deadline, per_worker, (*np.atleast_1d(seed).tolist(), w)))
+        layout, energy, st, attention, expert = _search_part(
+            p, self.current.copy(), group_of_block == 0, phase, deadline, per_worker,
+            (*np.atleast_1d(seed).tolist(), 0), self.cap, self.screen)
+        self.results[0] = layout
+        energies, parts, attentions, experts = [energy], [st], [attention], [expert]
+        for conn in self.conns:
+            e, s, a, x = conn.recv()
+            energies.append(e)
+            parts.append(s)
+            attentions.append(a)
+            experts.append(x)
+        for s in parts:
+            stats.evaluations += s.evaluations
+            stats.candidates += s.candidates
+            stats.improvements += s.improvements
+        # merge: every sample takes its cell from the worker owning its row
+        owner = group_of_row[self.current // p.slots]
+        merged = self.results[owner, np.arange(owner.size)]
+        # A and X of a block depend only on its cells, which come from the block's owner
+        blocks = np.arange(p.num_pairs)
+        merged_a = np.stack(attentions)[group_of_block, blocks]
+        merged_x = np.stack(experts)[group_of_block, blocks]
+        merged_energy = float(p.energy(merged_a[None], merged_x[None])[0])
+        best = int(np.argmin(energies))
+        if energies[best] < merged_energy:
+            merged, merged_energy = self.results[best].copy(), energies[best]
+        self.current[:] = merged
+        stats.local_optimum = all(s.local_optimum for s in parts)
+        return merged_energy
+
+    def close(self):
+        for conn in self.conns:
+            try:
+                conn.send(None)
+                conn.close()
+            except (BrokenPipeError, OSError):
+                pass
+        for proc in self.procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.terminate()
+        self.current = self.results = None
+        for shm in self._shm:
+            shm.close()
+            shm.unlink()
+        self._shm = []

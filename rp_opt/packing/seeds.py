@@ -1,10 +1,14 @@
 """Diverse starting layouts for the heuristic (all with exactly R*·D non-empty cells).
 
-Four rules, each a different view of the window:
+Rules, each a different view of the window:
 
 - ``witness``: the R* certifier's witness layout (length-only, proven row count);
 - ``ffd``: first-fit-decreasing by length (the AReaL baseline, :mod:`.baseline`);
-- ``kk``: Karmarkar-Karp by attention workload (the verl baseline, :mod:`.baseline`);
+- ``kk``: Karmarkar-Karp by attention workload (the verl rule, :mod:`.baseline`) into
+  R*·D cells, with a capacity repair (:func:`kk_layout`);
+- ``blocks`` / ``blocks-<rule>``: the cells of ffd (or of another rule's seed) re-arranged
+  over rows and (row, shard) blocks (:func:`block_layout`): rows by attention, blocks
+  balanced on per-layer rank loads;
 - ``greedy``: expert-aware greedy: samples in decreasing cost (attention + expert cost
   alone), each to the feasible cell whose choice raises the partial objective least.
 
@@ -118,6 +122,110 @@ def greedy_layout(instance: Instance, num_rows: int, demand_by_rank: np.ndarray,
     return Layout(cell_of, num_rows, slots)
 
 
+def kk_layout(instance: Instance, num_rows: int) -> Layout | None:
+    """Karmarkar-Karp by attention workload (the verl rule, :func:`.baseline.kk_partition`)
+    into R*·D cells of equal counts, made feasible by a repair; None when the repair fails.
+
+    Repair: every cell over the capacity C (or over m samples) gives up its smallest samples
+    until it fits (it keeps at least one); the displaced samples, longest first, go to the
+    cell with the least room that still holds them (best fit) and is below m.
+    """
+    from .baseline import kk_partition, workload_constant
+
+    window, cluster = instance.window, instance.cluster
+    cells = num_rows * cluster.dp
+    if cells > window.num_samples:
+        return None
+    lengths = window.lengths.astype(np.int64)
+    c = workload_constant(instance.cost)
+    weights = lengths.astype(np.float64) if not np.isfinite(c) else c * lengths + lengths.astype(np.float64) ** 2
+    cell_of = kk_partition(weights, cells).astype(np.int64)
+    capacity = cluster.capacity
+    limit = cluster.max_samples_per_cell or window.num_samples
+    tokens = np.bincount(cell_of, weights=lengths, minlength=cells).astype(np.int64)
+    count = np.bincount(cell_of, minlength=cells)
+    # samples of each cell in increasing length: a cell over C or m sheds its shortest prefix
+    order = np.lexsort((lengths, cell_of))
+    starts = np.searchsorted(cell_of[order], np.arange(cells))
+    displaced = []
+    for cell in np.flatnonzero((tokens > capacity) | (count > limit)).tolist():
+        members = order[starts[cell]:starts[cell] + count[cell]]
+        shed = np.cumsum(lengths[members])
+        # the fewest shortest samples whose removal brings the cell within C and m
+        need_tokens = int(np.searchsorted(shed, tokens[cell] - capacity)) + (tokens[cell] > capacity)
+        drop = min(max(need_tokens, int(count[cell] - limit)), int(count[cell]) - 1)
+        out = members[:drop]
+        displaced.extend(out.tolist())
+        tokens[cell] -= int(lengths[out].sum())
+        count[cell] -= drop
+        if tokens[cell] > capacity:
+            return None
+    big = np.iinfo(np.int64).max
+    for i in sorted(displaced, key=lambda i: -lengths[i]):
+        room = capacity - tokens - lengths[i]
+        room = np.where((room >= 0) & (count < limit), room, big)
+        cell = int(np.argmin(room))
+        if room[cell] == big:
+            return None
+        cell_of[i] = cell
+        tokens[cell] += lengths[i]
+        count[cell] += 1
+    return Layout(cell_of, num_rows, cluster.dp)
+
+
+def block_layout(instance: Instance, base: Layout, demand_by_rank: np.ndarray) -> Layout:
+    """Block-aware arrangement of the cells of ``base``: the same cell contents (so C, m and
+    non-empty cells hold as in ``base``), moved to other (row, slot) positions.
+
+    Rows: cells in decreasing stand-alone attention, D to a row. The attention of a row is
+    the maximum over its cells (``sync`` pays sum_r max_g J), so long samples are gathered
+    in the same rows rather than spread: spreading one full-length cell into every row
+    would make every row pay its attention. Blocks: within every row, cells in decreasing
+    stand-alone cost go LPT-style to the non-full (row, shard) block whose J = A + X is
+    least after adding the cell, X computed from the block's summed per-layer rank loads
+    (gamma sum_l max_p W), so cells with complementary routing share a block. All rows are
+    processed at once: D steps, each one array operation over [R, G, P, L].
+    """
+    from ..cost import stage_work
+
+    window, cluster, cost = instance.window, instance.cluster, instance.cost
+    rows, slots, shards = base.num_rows, cluster.dp, cluster.edp
+    per_shard = slots // shards
+    cells = rows * slots
+    n, num_layers, num_ranks = demand_by_rank.shape
+    cell_of = base.cell_of
+    work = stage_work(window, cost)                                        # [S, N]
+    cell_work = np.stack([np.bincount(cell_of, weights=w, minlength=cells) for w in work])  # [S, cells]
+    order = np.argsort(cell_of, kind="stable")
+    starts = np.searchsorted(cell_of[order], np.arange(cells))
+    major = demand_by_rank.transpose(0, 2, 1).reshape(n, -1)               # [N, P*L]
+    loads = np.add.reduceat(major[order].astype(np.int64), starts, axis=0)  # [cells, P*L]
+    attention = cost.layers @ cell_work                                    # [cells]
+    expert_alone = cost.gamma * loads.reshape(cells, num_ranks, num_layers).max(axis=1).sum(axis=1)
+    by_attention = np.lexsort((-expert_alone, -attention))                 # decreasing attention
+    row_cells = by_attention.reshape(rows, slots)
+    # within each row: decreasing stand-alone cost (LPT order)
+    alone = (attention + expert_alone)[row_cells]
+    row_cells = np.take_along_axis(row_cells, np.argsort(-alone, axis=1, kind="stable"), axis=1)
+    stages = work.shape[0]
+    stage_max = np.zeros((stages, rows, shards))
+    block_load = np.zeros((rows, shards, num_ranks * num_layers), dtype=np.int64)
+    fill = np.zeros((rows, shards), dtype=np.int64)
+    new_cell = np.empty(cells, dtype=np.int64)
+    r_idx = np.arange(rows)
+    for k in range(slots):
+        c = row_cells[:, k]                                                # [R] one cell per row
+        joined = block_load + loads[c][:, None, :]                         # [R, G, P*L]
+        x = cost.gamma * joined.reshape(rows, shards, num_ranks, num_layers).max(axis=2).sum(axis=2)
+        a = np.tensordot(cost.layers, np.maximum(stage_max, cell_work[:, c][:, :, None]), axes=1)  # [R, G]
+        g = np.argmin(np.where(fill < per_shard, a + x, np.inf), axis=1)   # [R]
+        new_cell[c] = r_idx * slots + g * per_shard + fill[r_idx, g]
+        fill[r_idx, g] += 1
+        block_load[r_idx, g] += loads[c]
+        stage_max[:, r_idx, g] = np.maximum(stage_max[:, r_idx, g], cell_work[:, c])
+    return Layout(new_cell[cell_of], rows, slots)
+
+
 def seed_layouts(instance: Instance, num_rows: int, demand_by_rank: np.ndarray, witness: Layout | None = None,
                  rules=("witness", "ffd", "kk", "greedy")) -> dict[str, Layout]:
     """Valid starting layouts by name (rules that fail or break a constraint are left out).
@@ -143,8 +251,17 @@ def seed_layouts(instance: Instance, num_rows: int, demand_by_rank: np.ndarray, 
         try:
             if rule == "witness":
                 layout = witness
-            elif rule in ("ffd", "kk"):
+            elif rule == "ffd":
                 layout, _ = pack(instance, rule, num_rows)
+            elif rule == "kk":
+                layout = kk_layout(instance, num_rows)
+            elif rule.startswith("blocks"):
+                # blocks (of ffd / the witness) and blocks-<rule> (of another seed's cells)
+                base_rule = rule.partition("-")[2]
+                base = out.get(base_rule) if base_rule else out.get("ffd", out.get("witness"))
+                if base is None and not base_rule:
+                    base = pack(instance, "ffd", num_rows)[0] if witness is None else witness
+                layout = None if base is None else block_layout(instance, base, demand_by_rank)
             elif rule == "greedy":
                 layout = greedy_layout(instance, num_rows, demand_by_rank)
             else:
