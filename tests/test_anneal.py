@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import itertools
 
 import numpy as np
@@ -24,6 +26,15 @@ def small(samples=40, dp=4, edp=2, m=None, seed=1, capacity=4096):
                           layers=4, experts=8, top_k=2, seed=seed, max_samples_per_cell=m)
 
 
+@functools.lru_cache(maxsize=None)
+def small_rows(samples=48, dp=4, edp=2, m=None, seed=1, capacity=4096):
+    """``small(...)`` with its R* and witness (cached: the certifier needs seconds when m is
+    set, and the instance is immutable, so tests share one)."""
+    inst = small(samples=samples, dp=dp, edp=edp, m=m, seed=seed, capacity=capacity)
+    rows, layout, _ = anneal.certified_rows(inst, 5.0)
+    return inst, rows, layout
+
+
 def assert_checked(instance, result):
     """The independent checker accepts the plan and agrees with the solver's score."""
     report = check(instance, result.plan)
@@ -36,10 +47,9 @@ def test_incremental_state_equals_full_rescore(objective):
     """After many random accepted moves (infinite temperature), every replica's W, A, X and
     energy equal a from-scratch evaluation, its cost matrices equal cost.layout_costs, and
     the layout still keeps capacity, non-empty cells and the per-cell limit m."""
-    inst = small(samples=48, dp=4, edp=2, m=5)
+    inst, rows, layout = small_rows(samples=48, dp=4, edp=2, m=5)
     placement = Placement.identity(4, 8, 4)
     demand = rank_demand(inst.window, placement)
-    rows, layout, _ = anneal.certified_rows(inst, 5.0)
     problem = anneal.make_problem(inst, demand, rows, objective)
     state = anneal.State(problem, 6)
     anneal.load_layouts(problem, state, range(6), [layout.cell_of] * 6)
@@ -159,10 +169,9 @@ def test_block_pair_search_deltas_and_state_are_exact(objective):
     layout keeps every constraint (capacity, non-empty cells, m)."""
     from rp_opt.packing.improve import BlockSearch, pair_delta
 
-    inst = small(samples=48, dp=4, edp=2, m=5)
+    inst, rows, layout = small_rows(samples=48, dp=4, edp=2, m=5)
     placement = Placement.identity(4, 8, 4)
     demand = rank_demand(inst.window, placement)
-    rows, layout, _ = anneal.certified_rows(inst, 5.0)
     problem = anneal.make_problem(inst, demand, rows, objective)
     search = BlockSearch(problem, layout.cell_of)
     rng = np.random.default_rng(3)
@@ -236,3 +245,144 @@ def test_heuristic_time_limit_covers_the_plan():
     assert auto.stats["auto_choice"] == "heuristic" and "too large" in auto.stats["auto_reason"]
     assert_checked(inst, auto)
     assert auto.seconds <= 1.5 * 1.25
+
+
+def test_rank_major_demand_bounds_and_plan_costs_match_the_cost_module():
+    """The heuristic's fast paths give the cost module's numbers: rank-major demand equals
+    rank_demand (a non-identity placement), analytic_bounds equals cost_bounds, and
+    plan_costs equals layout_costs on the ffd layout."""
+    from rp_opt.cost import cost_bounds
+
+    inst = small(samples=40, seed=3)
+    rng = np.random.default_rng(0)
+    ranks = np.stack([rng.permutation(np.arange(8) // 2) for _ in range(4)])
+    placement = Placement(ranks, 4)
+    major = anneal.rank_major_demand(inst.window, placement, chunk=7)
+    ref = rank_demand(inst.window, placement)
+    np.testing.assert_array_equal(major.reshape(40, 4, 4).transpose(0, 2, 1), ref)
+    rows, _, _ = anneal.certified_rows(inst, 5.0)
+    fast = anneal.analytic_bounds(inst, rows, inst.window.expert_load(), major)
+    slow = cost_bounds(inst, rows)
+    assert fast.attention_total == pytest.approx(slow.attention_total, rel=1e-12)
+    assert fast.expert_total == slow.expert_total
+    np.testing.assert_array_equal(fast.sample_expert, slow.sample_expert)
+    lay = pack(inst, "ffd", rows)[0]
+    a, b = anneal.plan_costs(inst, lay, major), layout_costs(inst, placement, lay)
+    np.testing.assert_allclose(a.attention, b.attention, rtol=1e-12)
+    np.testing.assert_array_equal(a.expert, b.expert)
+    np.testing.assert_array_equal(a.rank_load, b.rank_load)
+
+
+def test_block_and_kk_seeds_keep_constraints_and_cell_contents():
+    """kk (repaired), blocks and blocks-kk seeds are valid layouts of R* rows (C, m,
+    non-empty cells, checker); a blocks seed holds exactly its base's cell contents."""
+    from rp_opt.packing.seeds import block_layout
+
+    inst, rows, witness = small_rows(samples=40, m=4)
+    placement = Placement.identity(4, 8, 4)
+    demand = rank_demand(inst.window, placement)
+    seeds = seed_layouts(inst, rows, demand, witness=witness, rules=("ffd", "kk", "blocks", "blocks-kk"))
+    assert {"ffd", "blocks"} <= set(seeds)
+    for name, lay in seeds.items():
+        assert layout_violation(inst, lay, rows) is None, name
+        assert check_plan(inst, placement.to_list(), lay.to_rows(), "sync", num_rows=rows).valid
+    base = seeds["ffd"]
+    moved = block_layout(inst, base, demand)
+
+    def contents(lay):
+        return sorted(tuple(np.flatnonzero(lay.cell_of == c)) for c in range(lay.num_cells))
+
+    assert contents(moved) == contents(base)
+
+
+def test_block_layout_pairs_complementary_cells():
+    """Hand-checkable: one row, D=4 cells in G=2 blocks of 2, one sample per cell, P=2 ranks,
+    L=1. Samples 0 and 2 send 100 tokens to rank 0, samples 1 and 3 to rank 1. The base
+    layout puts {0, 2} and {1, 3} together (X = 200 gamma per block); block_layout must pair
+    a rank-0 sample with a rank-1 sample in each block (X = 100 gamma each)."""
+    from rp_opt.packing.seeds import block_layout
+    from rp_opt.window import Window
+
+    base_inst = synth.generate(model="ling-flash-like", samples=4, dp=4, edp=2, ep=2, capacity=4096, layers=1,
+                               experts=2, top_k=1, seed=0)
+    demand = np.array([[[100, 0]], [[0, 100]], [[100, 0]], [[0, 100]]], dtype=np.uint16)
+    inst = dataclasses.replace(base_inst, window=Window(np.full(4, 100), demand, 1))
+    placement = Placement.identity(1, 2, 2)
+    base = Layout(np.array([0, 2, 1, 3]), 1, 4)          # cells 0, 1 = block 0 = samples {0, 2}
+    by_rank = rank_demand(inst.window, placement)
+    assert layout_costs(inst, placement, base).expert.ravel().tolist() == [200 * inst.cost.gamma] * 2
+    moved = block_layout(inst, base, by_rank)
+    blocks = moved.cell_of // 2
+    assert blocks[0] != blocks[2] and blocks[1] != blocks[3]
+    np.testing.assert_allclose(layout_costs(inst, placement, moved).expert.ravel(), [100 * inst.cost.gamma] * 2)
+
+
+def test_screened_swaps_bound_and_exact_moves():
+    """Screened evaluation (rp_opt.packing.improve): the swap lower bounds never exceed the
+    exact X after the swap; the move returned is exact (its delta equals the change after
+    applying it) and is never better than the exhaustive best (which it may miss)."""
+    from rp_opt.packing.improve import BlockSearch
+
+    inst, rows, layout = small_rows(samples=48, dp=4, edp=2, m=5)
+    placement = Placement.identity(4, 8, 4)
+    problem = anneal.make_problem(inst, rank_demand(inst.window, placement), rows, "sync")
+    full = BlockSearch(problem, layout.cell_of)
+    screened = BlockSearch(problem, layout.cell_of, screen=3)
+    rng = np.random.default_rng(1)
+    shape = (problem.num_ranks, problem.num_layers)
+    applied = 0
+    for _ in range(40):
+        b1, b2 = (int(b) for b in rng.choice(problem.num_pairs, 2, replace=False))
+        st = screened.state
+        I = np.flatnonzero(screened.pair_of_sample == b1)
+        J = np.flatnonzero(screened.pair_of_sample == b2)
+        W1, W2 = st.loads[0, b1], st.loads[0, b2]
+        DI, DJ = problem.demand[I], problem.demand[J]
+        x1, x2 = screened._swap_bounds(W1, W2, DI, DJ)
+        e1 = problem.gamma * (W1 - DI[:, None] + DJ[None]).reshape(-1, *shape).max(axis=1).sum(axis=1)
+        e2 = problem.gamma * (W2 + DI[:, None] - DJ[None]).reshape(-1, *shape).max(axis=1).sum(axis=1)
+        assert np.all(x1 <= e1 + 1e-9) and np.all(x2 <= e2 + 1e-9)
+        full.state, full.pair_of_sample = screened.state, screened.pair_of_sample
+        best, _ = full.evaluate(b1, b2)
+        delta, move = screened.evaluate(b1, b2)
+        if move is None:
+            continue
+        assert delta >= best - 1e-9 * screened.energy()
+        before = screened.energy()
+        screened.apply(move)
+        applied += 1
+        np.testing.assert_allclose(screened.energy() - before, delta, rtol=1e-6, atol=1e-9 * before)
+    assert applied > 10
+    lay = Layout(screened.layout(), rows, inst.cluster.dp)
+    assert layout_violation(inst, lay, rows) is None
+
+
+@pytest.mark.parametrize("objective", ["sync", "shard"])
+def test_parallel_search_is_valid_never_worse_and_deterministic(objective):
+    """Two-process row-group search (ParallelSearch through search_layout): the merged
+    layout keeps every constraint, its energy is the from-scratch energy, it is never
+    worse than the start, and with evaluation-bounded rounds the same seed and worker
+    count give the same layout."""
+    inst = small(samples=96, dp=4, edp=2, seed=5, capacity=2048)
+    placement = Placement.identity(4, 8, 4)
+    rows, _, _ = anneal.certified_rows(inst, 5.0)
+    assert rows >= 4
+    problem = anneal.make_problem(inst, rank_demand(inst.window, placement), rows, objective)
+    start = pack(inst, "ffd", rows)[0].cell_of
+    fresh = anneal.State(problem, 1)
+    anneal.load_layouts(problem, fresh, [0], [start])
+    e0 = float(fresh.energy[0])
+    runs = []
+    for _ in range(2):
+        lay, energy, stats = anneal.search_layout(problem, start, max_evaluations=120, seed=4, workers=2,
+                                                  cap=None, screen=8, round_evaluations=15)
+        assert stats["workers"] == 2 and stats["rounds"] >= 2
+        anneal.load_layouts(problem, fresh, [0], [lay])
+        assert energy == pytest.approx(float(fresh.energy[0]), rel=1e-12)
+        assert energy <= e0
+        layout = Layout(lay, rows, inst.cluster.dp)
+        assert layout_violation(inst, layout, rows) is None
+        assert check_plan(inst, placement.to_list(), layout.to_rows(), objective, num_rows=rows).valid
+        runs.append(lay)
+    fresh.close()
+    np.testing.assert_array_equal(runs[0], runs[1])
