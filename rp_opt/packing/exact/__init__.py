@@ -9,6 +9,12 @@ linearised generically) and solve the objective's levels in sequence:
   (the integer optimum is then within 2x that of the true optimum);
 * ``highs`` (:mod:`.pyomo_model`): Pyomo + HiGHS on the float costs.
 
+Before the model runs, :func:`solve_packing` takes the better of a greedy layout and a
+short run of the ``heuristic`` planner as the start, and bounds level 1 by a partial LP
+relaxation (:func:`.pyomo_model.relaxation_bound`: the costliest samples binary, the rest
+continuous; much tighter than the compact model's LP, which only sees the averages). Levels
+that are the same function of J as an earlier one for this R and G are not solved again.
+
 :mod:`.joint` chooses placement and packing together for tiny windows. Both planners are
 registered (``exact``, ``joint``) in :mod:`rp_opt.solvers`.
 """
@@ -162,7 +168,8 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         good layouts of large windows slowly: N = 64, G = 2, sync: 32618 after 60 s of
         CP-SAT, 31648 after 1 s of the heuristic).
     relax_bound
-        First bound level 1 by a partial LP relaxation (the 8 costliest samples binary,
+        When a first short CP-SAT solve does not prove level 1 (HiGHS backend: always),
+        bound level 1 by a partial LP relaxation (the 8 costliest samples binary,
         the others continuous; :func:`.pyomo_model.relaxation_bound`, HiGHS, at most 25%
         of the time, 20 s; samples fractional in its optimum are made binary and it is solved
         again); the bound is reported and given to CP-SAT as a constraint.
@@ -213,15 +220,14 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     if relax_bound and data.num_samples > data.num_cells:
         from .pyomo_model import relaxation_bound
 
-        floor, stats["relaxation"], relaxed_layout = relaxation_bound(
-            data, obj, mode, eq4=rank_load(window, placement).max(axis=1), integral=min(data.num_samples, 8),
-            time_limit=min(0.25 * budget.left(), 20.0), seed=seed)
-        if relaxed_layout is not None and layout_valid(data, relaxed_layout):
-            # an integral relaxation optimum: optimal for level 1; start from it
-            relaxed_layout = canonical_layout(relaxed_layout, data.num_shards, mode) if mode else relaxed_layout
-            if start is None or _better(score(instance, placement, relaxed_layout, obj), start_score):
-                start, start_score = relaxed_layout, score(instance, placement, relaxed_layout, obj)
-                stats["start"] = "relaxation"
+        def floor():
+            bound, stats["relaxation"], _ = relaxation_bound(
+                data, obj, mode, eq4=rank_load(window, placement).max(axis=1), integral=min(data.num_samples, 8),
+                time_limit=min(0.25 * budget.left(), 20.0), seed=seed)
+            return bound
+
+        if backend == "highs":
+            floor()  # reported only
     if backend == "cpsat":
         from .cpsat_model import CpsatPacking
 

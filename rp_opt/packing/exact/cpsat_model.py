@@ -85,8 +85,7 @@ class CpsatPacking:
     """
 
     def __init__(self, data: PackingData, objective: Objective, mode: str | None, *, expert_hook=None,
-                 demand_cap: float | None = None, tighten: bool = True, eq4: np.ndarray | None = None,
-                 branch_big: bool = False):
+                 demand_cap: float | None = None, tighten: bool = True, eq4: np.ndarray | None = None):
         self.data = data
         self.objective = objective
         self.model = m = cp_model.CpModel()
@@ -191,16 +190,6 @@ class CpsatPacking:
                   for r in range(R)]
         j_max = sc.att_mult * int(sc.att_int.sum()) + sc.gamma_int * int(demand_cap + 1)
         self._ub = j_max
-        if branch_big:
-            # branch first on the blocks of the costliest samples (their block decides
-            # which maxima they raise; with those fixed the LP bound is much tighter)
-            cost_i = data.att.sum(axis=0) + (data.gamma * data.demand.max(axis=2).sum(axis=1)
-                                             if data.demand is not None else 0.0)
-            order = np.argsort(-cost_i, kind="stable")
-            lits = [self.z[i, b] for i in order for b in self.blocks if (i, b) in self.z
-                    and not isinstance(self.z[i, b], cp_model.IntVar) or False]
-            lits = [self.y[i, c] for i in order for c in self.cells_of[i]]
-            m.add_decision_strategy(lits, cp_model.CHOOSE_FIRST, cp_model.SELECT_MAX_VALUE)
         self.level_keys = [level_key(level, R, G) for level in objective.levels]
         self.levels = [self._level(level) for level in objective.levels]
 
@@ -270,6 +259,16 @@ class CpsatPacking:
         for v, val in (extra or {}).items():
             self.model.add_hint(v, int(val))
 
+    def _hint_from(self, solver, extra_hint=None):
+        """Hint the next solve with ``solver``'s solution."""
+        m = self.model
+        m.clear_hints()
+        for v in self.y.values():
+            m.add_hint(v, solver.value(v))
+        if extra_hint:
+            for v, val in extra_hint(solver).items():
+                m.add_hint(v, int(val))
+
     def layout_from(self, solver) -> Layout:
         cell_of = np.empty(self.data.num_samples, dtype=np.int64)
         for i, cells in enumerate(self.cells_of):
@@ -287,30 +286,45 @@ class CpsatPacking:
         ``extra_hint(solver or None) -> dict var -> value`` adds hints for the caller's own
         variables (the joint model's placement); ``on_solution(solver)`` reads them back.
         ``params`` sets further CP-SAT parameters by name. ``floor``: a valid lower bound of
-        level 1 in cost units (e.g. :func:`~.pyomo_model.relaxation_bound`), added as
-        level_1_int >= unit (floor - rounding): every layout's integer value is within the
-        rounding of unit times its true value.
+        level 1 in cost units, or a function returning one (or None), called only when a
+        first short solve (10% of the budget, at least 1 s) does not prove level 1; it is
+        added as level_1_int >= unit (floor - rounding) (every layout's integer value is
+        within the rounding of unit times its true value) and level 1 is solved again.
         """
         m = self.model
         outcomes, layout, extra = [], None, {}
         self.hint(start, extra_hint(None) if extra_hint else None)
-        if floor is not None and self.levels:
-            expr0, unit0, err0 = self.levels[0]
-            m.add(expr0 >= math.floor(unit0 * (floor - err0)) - 1)
         todo = [k for k in range(len(self.levels)) if self.level_keys[k] not in self.level_keys[:k]]
         n = len(todo)
-        for pos, k in enumerate(todo):
-            expr, unit, _ = self.levels[k]
+
+        def run(expr, limit):
             solver = cp_model.CpSolver()
-            limit = budget.for_level(pos, n)
             solver.parameters.max_time_in_seconds = limit
             solver.parameters.num_workers = workers
             solver.parameters.random_seed = seed
             for key, val in (params or {}).items():
                 setattr(solver.parameters, key, val)
             m.minimize(expr)
+            return solver, solver.solve(m)
+
+        for pos, k in enumerate(todo):
+            expr, unit, err = self.levels[k]
+            limit = budget.for_level(pos, n)
             t0 = time.perf_counter()
-            status = solver.solve(m)
+            if pos == 0 and floor is not None:
+                # a first short try; when it does not prove level 1, get the floor (e.g.
+                # the relaxation bound) and solve again with it
+                solver, status = run(expr, min(limit, max(1.0, 0.1 * budget.seconds)))
+                if status in (cp_model.FEASIBLE, cp_model.UNKNOWN) and budget.left() > 0.1:
+                    value = floor() if callable(floor) else floor
+                    if value is not None:
+                        self.floor_value = value
+                        m.add(expr >= math.floor(unit * (value - err)) - 1)
+                    if status == cp_model.FEASIBLE:
+                        self._hint_from(solver, extra_hint)
+                    solver, status = run(expr, budget.for_level(pos, n))
+            else:
+                solver, status = run(expr, limit)
             secs = time.perf_counter() - t0
             name = solver.status_name(status)
             stats = {"status": name, "seconds": secs, "limit": limit, "branches": solver.num_branches,
@@ -324,12 +338,7 @@ class CpsatPacking:
                     extra = on_solution(solver)
                 # hold this level at its value (integer: exact) and hint the next solve
                 m.add(expr <= value)
-                m.clear_hints()
-                for v in self.y.values():
-                    m.add_hint(v, solver.value(v))
-                if extra_hint:
-                    for v, val in extra_hint(solver).items():
-                        m.add_hint(v, int(val))
+                self._hint_from(solver, extra_hint)
             else:
                 st = "infeasible" if status == cp_model.INFEASIBLE else "no_solution"
                 outcomes.append(LevelOutcome(st, None, None, secs, stats))
