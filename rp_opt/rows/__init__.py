@@ -7,10 +7,21 @@ bins by moving single items into empty bins (capacity and the item limit are kep
 R* = ceil(B_m / D) when ceil(B_m / D) D <= N, and the window is infeasible otherwise; only
 ceil(B_m / D) has to be proven, i.e. the decision "B_m <= K" for K = R D.
 
-Lower bounds: L1, L2 (Martello-Toth), ceil(N / m), the certified arc-flow LP bound, and the
-bound of an exact search (arc-flow MIP with HiGHS, or the CP-SAT decision model). Upper
-bounds: FFD and BFD, then the exact search's packings. Every packing is verified before
-it counts.
+Pipeline (each stage only while the bounds are open, within the time limit):
+
+1. Lower bounds L1, L2 (Martello-Toth), ceil(N / m); packings by FFD, BFD and MBS'.
+2. The arc-flow graph and its LP bound, certified through integer duals and an exact
+   knapsack (:mod:`.arcflow`).
+3. For the target K = ceil(lower / D) D bins: the graph is pruned by the waste budget
+   W = K C - sum T (no bin of a K-bin packing wastes more; for triplets W = 0 and only
+   exactly-full bins remain), then LP diving (:mod:`.rounding`) looks for a K-bin packing,
+   which closes IRUP instances (Falkenauer, almost all of Scholl).
+4. The exact decision "B <= K" on the pruned graph: a short HiGHS branch-and-bound on small
+   graphs (it proves non-IRUP cases such as LP = 22 < B = 23), then CP-SAT with the rest
+   of the time; an infeasible K raises the lower bound to K + 1 and the loop repeats.
+   Without a graph (too large): the bin-emptying LNS and the CP-SAT assignment model.
+
+Every packing is verified (capacity, item limit) before it counts.
 """
 
 from __future__ import annotations
@@ -37,7 +48,8 @@ CPSAT_MAX_VARS = 400_000
 MBS_MAX_ITEMS = 2_000
 DIVE_SHARE = 0.5          # share of the time left spent on LP diving before the exact decision
 DIVE_SHARE_LARGE = 0.85   # ... on graphs too large for the MIP (hard28), where CP-SAT rarely helps
-MIP_SHARE = 0.25         # share of the time left for the HiGHS MIP on the pruned graph ...
+REPAIR_SECONDS = 0.4      # per repair of a failed dive (4x on large graphs, whose dives are slow)
+MIP_SHARE = 0.5          # share of the time left for the HiGHS MIP on the pruned graph ...
 MIP_MAX_ARCS = 10_000     # ... when it has at most this many item arcs
 DIVE_FIX_SHARES = (1.0, 0.5, 1.0, 0.25)   # per dive, cyclic: share of integral LP patterns fixed per step
 
@@ -252,6 +264,14 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
                 trail: list = []
                 s.offer(rounding.dive(graph, lengths, target, dive_end, rng, stats=dives, fix_share=share,
                                       start=resume, trail=trail), "LP diving")
+                if not closed() and trail and time.perf_counter() < dive_end:
+                    # repair the failed dive: re-decide its last residual plus a few of its
+                    # bins exactly (HiGHS MIP on the small sub-instance)
+                    s.offer(rounding.repair(graph, lengths, target, trail[-1],
+                                            min(dive_end, time.perf_counter() + REPAIR_SECONDS * (1 if small else 4)),
+                                            rng, stats=dives, max_arcs=MIP_MAX_ARCS), "LP diving + repair")
+                    if closed():
+                        break
                 # every other failed dive resumes from a random middle state of the last one
                 # (its first LPs are the same each time), the others start afresh
                 resume = None

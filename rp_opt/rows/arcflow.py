@@ -191,6 +191,13 @@ def _model(graph: ArcFlowGraph, integral: bool, min_bins: int = 0, max_bins: flo
     lp.col_lower_ = np.zeros(num_cols)
     col_upper = np.full(num_cols, highspy.kHighsInf)
     col_upper[cols_loss[nodes[1:] // graph.width < graph.min_fill]] = 0.0   # loss only from full-enough nodes
+    if integral:
+        # a packing's flow carries at most b_j items on an arc of size j and at most K bins
+        # on a loss arc; finite bounds also keep HiGHS' bound propagation from crawling
+        # (unbounded general integers stalled its root node for 40 s on Falkenauer U1000)
+        col_upper[cols_item] = graph.demand[graph.arc_type]
+        if np.isfinite(max_bins):
+            col_upper[cols_loss] = np.minimum(col_upper[cols_loss], float(max_bins))
     lp.col_upper_ = col_upper
     inf = highspy.kHighsInf
     lower = np.concatenate([np.zeros(num_nodes - 1), graph.demand.astype(float), [float(min_bins)]])

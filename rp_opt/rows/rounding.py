@@ -171,3 +171,44 @@ def dive(graph: arcflow.ArcFlowGraph, lengths: np.ndarray, max_bins: int, deadli
     if len(fixed) > max_bins:
         return None
     return _assemble(lengths, sizes, fixed, np.zeros(0, dtype=np.int64), None)
+
+
+def repair(graph: arcflow.ArcFlowGraph, lengths: np.ndarray, max_bins: int, state: tuple, deadline: float,
+           rng: np.random.Generator, release: int = 12, stats: dict | None = None,
+           max_arcs: int = 10_000) -> np.ndarray | None:
+    """Complete a failed dive: release ``release`` of its fixed bins (the most wasteful half,
+    then random ones) and decide their items plus the residual exactly, with the HiGHS MIP on
+    the sub-instance's arc-flow graph pruned by its waste budget (skipped beyond ``max_arcs``
+    item arcs, where the MIP could overrun its time limit). A packing or None."""
+    stats = {} if stats is None else stats
+    demand, fixed = state
+    c = graph.capacity
+    sizes = graph.sizes
+    if not fixed:
+        return None
+    waste_of = np.array([c - int(np.dot(f, sizes)) for f in fixed])
+    r = min(release, len(fixed))
+    worst = np.argsort(-waste_of, kind="stable")[: r // 2]
+    rest = np.setdiff1d(np.arange(len(fixed)), worst)
+    free = set(worst.tolist()) | set(rng.choice(rest, size=min(r - worst.size, rest.size), replace=False).tolist())
+    kept = [f for i, f in enumerate(fixed) if i not in free]
+    residual = graph.demand.astype(np.int64) - (np.sum(kept, axis=0) if kept else 0)
+    res_lengths = np.repeat(sizes, residual)
+    bins_left = max_bins - len(kept)
+    waste = bins_left * c - int(res_lengths.sum())
+    left = deadline - time.perf_counter()
+    if waste < 0 or bins_left <= 0 or left <= 0.02:
+        return None
+    try:
+        sub = arcflow.build_graph(res_lengths, c, graph.max_items, max_arcs=4 * max_arcs)
+    except arcflow.GraphTooLarge:
+        return None
+    sub = arcflow.prune(sub, waste)
+    if sub.arc_tail.size > max_arcs:
+        return None
+    res = arcflow.solve_mip(sub, res_lengths, left, max_bins=bins_left)
+    stats["repairs"] = stats.get("repairs", 0) + 1
+    if res.bin_of is None:
+        return None
+    stats["repaired"] = stats.get("repaired", 0) + 1
+    return _assemble(np.asarray(lengths, dtype=np.int64), sizes, kept, res_lengths, res.bin_of)
