@@ -236,7 +236,7 @@ def test_relaxation_bound_is_valid(objective, G):
     assert deep <= best[0] + 1e-9 and [r["bound"] for r in stats["rounds"]] == sorted(r["bound"] for r in stats["rounds"])
     assert part <= best[0] + 1e-9
     assert full == pytest.approx(best[0], rel=1e-5)
-    res = solve_packing(inst, place, 2, objective=objective, time_limit=20)
+    res = solve_packing(inst, place, 2, objective=objective, time_limit=20, backend="highs")  # always bounds
     assert res.stats["relaxation"]["bound"] <= res.score[0] + 1e-9 and res.bound <= res.score[0] + 1e-9
 
 
