@@ -22,9 +22,13 @@ from rp_opt.solvers import get_solver
 
 
 def small(count: int, exact_time: float):
-    print("| seed | N | exact status | exact primary | heuristic primary | gap % | heuristic s |")
-    print("|---|---|---|---|---|---|---|")
-    gaps = []
+    """Small windows (N in 16, 20, 24; D=4, G=2, L=8, E=16, P=4): the heuristic with a 1-s
+    limit, then the exact solver warm-started by it; gap of the heuristic to the exact
+    solver's best plan (the optimum where it proved it) and to the exact solver's bound."""
+    print("| seed | N | exact status | exact primary | exact bound | heuristic primary | gap to exact plan % | "
+          "gap to exact bound % | heuristic s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    gaps, proven, seconds = [], [], []
     for seed in range(count):
         n = 16 + (seed % 3) * 4
         inst = synth.generate(model="ling-flash-like", samples=n, dp=4, edp=2, ep=4, capacity=4096, layers=8,
@@ -35,12 +39,18 @@ def small(count: int, exact_time: float):
                                     placement=heur.plan.placement)
         ref = min(exact.score[0], heur.score[0])
         gap = (heur.score[0] - ref) / ref
+        gaps.append(gap)
+        seconds.append(heur.seconds)
         if exact.status == "optimal":
-            gaps.append(gap)
-        print(f"| {seed} | {n} | {exact.status} | {exact.score[0]:.1f} | {heur.score[0]:.1f} | {100 * gap:.3f} | "
-              f"{heur.seconds:.2f} |")
-    if gaps:
-        print(f"proven windows {len(gaps)}: median gap {100 * statistics.median(gaps):.3f} %, worst {100 * max(gaps):.3f} %")
+            proven.append(gap)
+        bound = exact.bound if exact.bound is not None else float("nan")
+        print(f"| {seed} | {n} | {exact.status} | {exact.score[0]:.1f} | {bound:.1f} | {heur.score[0]:.1f} | "
+              f"{100 * gap:.3f} | {100 * (heur.score[0] - bound) / bound:.3f} | {heur.seconds:.2f} |")
+    print(f"all {len(gaps)} windows: median gap to the exact plan {100 * statistics.median(gaps):.3f} %, worst "
+          f"{100 * max(gaps):.3f} %; heuristic seconds max {max(seconds):.2f}")
+    if proven:
+        print(f"proven optimal {len(proven)}: median gap {100 * statistics.median(proven):.3f} %, "
+              f"worst {100 * max(proven):.3f} %")
 
 
 def window(n: int, cache: str = "/tmp"):
@@ -92,46 +102,77 @@ def production(seconds: float, samples: int = 4096, reference: float = 0.0):
     print(f"plan seconds {heur.seconds:.2f} (limit {seconds}), report-only baseline "
           f"{heur.stats.get('report_seconds', 0):.2f} s")
     print("heuristic timings", {k: round(v, 2) for k, v in heur.stats["timings"].items()},
-          "seeds", heur.stats["seeds"], "anneal moves/s", round(heur.stats["moves_per_second"]))
+          "seeds", heur.stats["seeds"], "seed energies", {k: f"{v:.6g}" for k, v in heur.stats["seed_energy"].items()},
+          "search workers", heur.stats.get("search_workers"))
     print("search", heur.stats["search"])
 
 
 def kernel(samples: int = 4096, seconds: float = 3.0):
-    """Move throughput on one core: the anneal kernel (moves proposed / s) and the
-    block-pair search (candidate moves evaluated / s and block pairs / s)."""
-    from rp_opt.cost import rank_demand
+    """Move throughput: the anneal kernel (moves proposed / s, 1 core) and the block-pair
+    search from the ``blocks`` seed for ``seconds`` each: exact evaluation of 16-sample
+    subsets (the previous default), screened evaluation of whole blocks (bound on every
+    swap, exact on the best 32), and the screened search on two processes; CPU seconds are
+    this process plus its children, so evaluations per CPU second show the parallel
+    overhead apart from the machine's load."""
+    import resource
+
     from rp_opt.packing import anneal
-    from rp_opt.packing.baseline import pack
     from rp_opt.packing.improve import BlockSearch
+    from rp_opt.packing.seeds import seed_layouts
+
+    def cpu():
+        a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 
     inst = window(samples)
     placement, _ = anneal.default_placement(inst.window, 8)
     rows, witness, _ = anneal.certified_rows(inst, 5.0)
-    problem = anneal.make_problem(inst, rank_demand(inst.window, placement), rows, "sync")
+    major = anneal.rank_major_demand(inst.window, placement)
+    demand = major.reshape(samples, 8, -1).transpose(0, 2, 1)
+    problem = anneal.make_problem(inst, major, rows, "sync")
     state = anneal.State(problem, 32)
     anneal.load_layouts(problem, state, range(32), [witness.cell_of] * 32)
     t = time.perf_counter()
     anneal.metropolis_steps(problem, state, 0, 32, 1.0, 50, np.random.default_rng(0), 4)
     rate = 50 * 32 * 4 / (time.perf_counter() - t)
-    search = BlockSearch(problem, witness.cell_of, cap=16)
+    print(f"anneal kernel {rate:.0f} proposed moves/s (1 core, 32 replicas x 4 candidates)")
+    start = seed_layouts(inst, rows, demand, witness, ("ffd", "blocks"))["blocks"].cell_of
+    search = BlockSearch(problem, start, cap=16)
     st = search.sweep(time.perf_counter() + seconds, np.random.default_rng(0))
-    print(f"anneal kernel {rate:.0f} proposed moves/s (1 core, 32 replicas x 4 candidates); block search "
-          f"{st.candidates / st.seconds:.0f} candidate moves/s, {st.evaluations / st.seconds:.0f} block pairs/s, "
-          f"{st.improvements} improving moves in {st.seconds:.1f} s (1 core)")
+    print(f"block search, exact, 16-sample subsets: {st.candidates / st.seconds:.0f} candidate moves/s, "
+          f"{st.evaluations / st.seconds:.0f} block pairs/s, {st.improvements} improving moves, energy "
+          f"{search.energy():.6g} after {st.seconds:.1f} s (1 core)")
+    print("| search | workers | wall s | CPU s | block pairs | pairs / wall s | pairs / CPU s | improving | energy |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for workers in (1, 2):
+        c, t = cpu(), time.perf_counter()
+        _, energy, st = anneal.search_layout(problem, start, deadline=time.perf_counter() + seconds, seed=0,
+                                             cap=None, screen=32, workers=workers)
+        wall, used = time.perf_counter() - t, cpu() - c
+        evals = st.get("sweep_evaluations", 0) + st.get("exact_evaluations", 0)
+        better = st.get("sweep_improvements", 0) + st.get("exact_improvements", 0)
+        print(f"| screened (32 exact) | {workers} | {wall:.2f} | {used:.2f} | {evals} | {evals / wall:.0f} | "
+              f"{evals / used:.0f} | {better} | {energy:.6g} |")
 
 
-def scaling(seconds: float):
-    print("| N | R* | plan s (limit) | primary vs LPT+ffd | vs bound | search block pairs |")
-    print("|---|---|---|---|---|---|")
+def scaling(seconds: float, sizes=(512, 1024, 2048, 4096, 8192, 16384)):
+    print("| N | R* | blocks | plan s (limit) | placement | R* | rank demand | seeds | bounds | anneal | search | "
+          "score | primary vs LPT+ffd | vs bound | search block pairs |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     import rp_opt.placement  # noqa: F401
-    for n in (512, 2048, 4096, 16384):
+    for n in sizes:
         inst = window(n)
         r = get_solver("heuristic")(inst, objective="sync", time_limit=seconds, seed=0, report_baseline=False)
+        assert check(inst, r.plan).valid
         lpt = get_solver("lpt-ffd")(inst, objective="sync").score[0]
         s = r.stats["search"]
+        tm = r.stats["timings"]
         evals = s.get("sweep_evaluations", 0) + s.get("exact_evaluations", 0)
-        print(f"| {n} | {r.plan.num_rows} | {r.seconds:.2f} ({seconds}) | {100 * (r.score[0] - lpt) / lpt:+.2f} % | "
-              f"{100 * (r.score[0] - r.bound) / r.bound:+.2f} % | {evals} |")
+        phases = " | ".join(f"{tm.get(k, 0):.2f}" for k in ("placement", "rows", "rank_demand", "seeds", "bounds",
+                                                             "anneal", "search", "score"))
+        print(f"| {n} | {r.plan.num_rows} | {r.plan.num_rows * inst.cluster.edp} | {r.seconds:.2f} ({seconds}) | "
+              f"{phases} | {100 * (r.score[0] - lpt) / lpt:+.2f} % | {100 * (r.score[0] - r.bound) / r.bound:+.2f} % | "
+              f"{evals} |")
 
 
 if __name__ == "__main__":

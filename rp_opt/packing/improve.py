@@ -22,6 +22,17 @@ Block pairs evaluated without success are remembered until either row changes.
 
 One evaluation costs about n1 n2 L P element operations (32 x 32 x 384 ~ 4e5 at the
 production window): hundreds to thousands of block pairs a second on one core.
+
+Screening (``screen=K``): the new X of a block after a swap is at least the new load of
+the rank that is the block's busiest now, summed over layers, which is an outer sum of
+two per-sample vectors (O(n1 + n2) L + n1 n2 instead of n1 n2 L P). The energy does not
+decrease when any A or X entry grows, so the swap deltas with these bounds are lower
+bounds; only the K swaps of least bound are evaluated exactly (relocations always are).
+The move applied is always exact; the best swap may be missed when its bound is not
+among the K least.
+
+Two cores: :class:`ParallelSearch` splits the rows into disjoint groups per round, one
+process per group (forked, layouts in shared memory), and merges the groups' layouts.
 """
 
 from __future__ import annotations
@@ -491,52 +502,89 @@ class BlockSearch:
 # Two (or more) cores: disjoint row groups searched in parallel, merged every round
 # ---------------------------------------------------------------------------------------
 
-def _search_part(problem: Problem, cell_of: np.ndarray, allowed: np.ndarray, phase: str, deadline: float,
-                 max_evaluations: int | None, seed, cap, screen):
-    """One worker's round: the search restricted to pairs of the ``allowed`` blocks."""
-    search = BlockSearch(problem, cell_of, cap=cap, seed=seed, screen=screen)
+_SHARED = ("cell_of", "count", "tokens", "qwork", "loads", "attention", "expert")
+
+
+def _adopt(search: BlockSearch, published: dict, owner_of_row: np.ndarray, me: int) -> None:
+    """Copy into ``search`` the state of every row owned by another worker in the last
+    round, from that worker's published state (cells and blocks of a row depend only on
+    the samples of that row); rows that changed hands invalidate the clean-pair memo."""
+    p, st = search.p, search.state
+    cell_row = np.arange(p.num_cells) // p.slots
+    block_row = np.arange(p.num_pairs) // p.shards
+    for w in np.unique(owner_of_row).tolist():
+        if w == me:
+            continue
+        rows = owner_of_row == w
+        cells, blocks = rows[cell_row], rows[block_row]
+        src = published[w]
+        samples = rows[src["cell_of"] // p.slots]
+        st.cell_of[0, samples] = src["cell_of"][samples]
+        for name in ("count", "tokens", "qwork"):
+            getattr(st, name)[0, cells] = src[name][cells]
+        for name in ("loads", "attention", "expert"):
+            getattr(st, name)[0, blocks] = src[name][blocks]
+        search.row_version[rows] += 1
+    search.pair_of_sample = p.pair_of_cell[st.cell_of[0]].astype(np.int64)
+
+
+def _search_round(search: BlockSearch, problem: Problem, allowed: np.ndarray, phase: str, deadline: float,
+                  max_evaluations: int | None, seed, published: dict, owner_of_row, me: int):
+    """One worker's round: adopt the other workers' rows, then the search restricted to
+    pairs of the ``allowed`` blocks under ``problem``; publish the state."""
+    if owner_of_row is not None:
+        _adopt(search, published, owner_of_row, me)
+    if search.p is not problem:
+        search.p = problem
+        search.clean = {}
+    st = search.state
+    st.energy[0] = problem.energy(st.attention[:1], st.expert[:1])[0]
     search.allowed = allowed
+    search.rng = np.random.default_rng((*seed, 1))
     rng = np.random.default_rng(seed)
     if phase == "sweep":
-        st = search.sweep(deadline, rng, max_evaluations)
+        stats = search.sweep(deadline, rng, max_evaluations)
     else:
-        st = search.run(deadline, rng, max_evaluations=max_evaluations)
-    out = search.layout(), search.energy(), st, search.state.attention[0].copy(), search.state.expert[0].copy()
-    search.close()
-    return out
+        stats = search.run(deadline, rng, max_evaluations=max_evaluations)
+    mine = published[me]
+    for name in _SHARED:
+        mine[name][...] = getattr(st, name)[0]
+    return search.energy(), stats
 
 
-def _search_worker(conn, problems, current, results, index, cap, screen):
+def _search_worker(conn, search, problems, published, me):
     while True:
         task = conn.recv()
         if task is None:
             break
-        allowed, phase, deadline, max_evaluations, seed = task
-        layout, energy, st, attention, expert = _search_part(problems[phase], np.array(current), allowed, phase,
-                                                             deadline, max_evaluations, seed, cap, screen)
-        results[index] = layout
-        conn.send((energy, st, attention, expert))
+        allowed, phase, deadline, max_evaluations, seed, owner_of_row = task
+        conn.send(_search_round(search, problems[phase], allowed, phase, deadline, max_evaluations, seed, published,
+                                owner_of_row, me))
     conn.close()
 
 
 class ParallelSearch:
-    """The block-pair search on ``workers`` processes (forked, layouts in shared memory).
+    """The block-pair search on ``workers`` processes (forked; states in shared memory).
 
     Every round splits the R rows at random into ``workers`` disjoint groups; worker w
     searches only block pairs inside its group (every move then stays inside the group's
     rows, so the groups' results merge into one valid layout: each sample takes its cell
-    from the worker that owns its row). For ``sync`` the primary sum_r max_g J and the
-    secondary sum J are sums over rows, so the merged change is the sum of the workers'
-    changes; for an objective that couples rows (``shard``: max over shards of sums over
-    rows) the merge is checked: the best of the merged layout and each worker's own
-    layout under the exact energy is kept. A new random split each round lets every pair
-    of rows meet. Deterministic for a seed and a worker count when rounds are bounded by
-    evaluations (``max_evaluations``) instead of a deadline.
+    from the worker that owns its row). Each worker keeps its own incremental state
+    between rounds and at the start of a round copies the rows the other workers owned
+    from their published states (no full re-evaluation). For ``sync`` the primary
+    sum_r max_g J and the secondary sum J are sums over rows, so the merged change is the
+    sum of the workers' changes; for an objective that couples rows (``shard``: max over
+    shards of sums over rows) the merge is checked: when one worker's own layout has a
+    lower energy than the merge, that layout is kept (every worker adopts all its rows).
+    A new random split each round lets every pair of rows meet. Deterministic for a seed
+    and a worker count when rounds are bounded by evaluations instead of a deadline.
 
     Parameters
     ----------
     problems
         {"sweep": surrogate Problem, "run": exact Problem} (same window, rows, demand).
+    start
+        Starting layout.
     workers
         Processes (this one included).
     """
@@ -546,71 +594,81 @@ class ParallelSearch:
 
         self.problems = problems
         self.workers = workers
-        self.cap, self.screen = cap, screen
-        n = start.size
-        self._shm = [shared_memory.SharedMemory(create=True, size=8 * n),
-                     shared_memory.SharedMemory(create=True, size=8 * n * workers)]
-        self.current = np.ndarray((n,), dtype=np.int64, buffer=self._shm[0].buf)
-        self.current[:] = start
-        self.results = np.ndarray((workers, n), dtype=np.int64, buffer=self._shm[1].buf)
+        p = problems["run"]
+        self.search = BlockSearch(p, start, cap=cap, screen=screen)
+        st = self.search.state
+        self._shm = []
+        self.published = []
+        for _ in range(workers):
+            arrays = {}
+            for name in _SHARED:
+                like = getattr(st, name)[0]
+                shm = shared_memory.SharedMemory(create=True, size=max(1, like.nbytes))
+                self._shm.append(shm)
+                arrays[name] = np.ndarray(like.shape, dtype=like.dtype, buffer=shm.buf)
+                arrays[name][...] = like
+            self.published.append(arrays)
+        self.owner_of_row = None
         self.conns, self.procs = [], []
         ctx = mp.get_context("fork")
         for w in range(1, workers):
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_search_worker, args=(child, problems, self.current, self.results, w, cap,
-                                                            screen), daemon=True)
+            proc = ctx.Process(target=_search_worker, args=(child, self.search, problems, self.published, w),
+                               daemon=True)
             proc.start()
             child.close()
             self.conns.append(parent)
             self.procs.append(proc)
 
-    def _energy(self, phase: str, cell_of: np.ndarray) -> float:
-        state = State(self.problems[phase], 1)
-        load_layouts(self.problems[phase], state, [0], [cell_of])
-        energy = float(state.energy[0])
-        state.close()
-        return energy
+    @property
+    def current(self) -> np.ndarray:
+        """The merged layout after the last round (cell of every sample)."""
+        if self.owner_of_row is None:
+            return self.published[0]["cell_of"].astype(np.int64)
+        p = self.problems["run"]
+        out = self.published[0]["cell_of"].astype(np.int64)
+        for w in range(1, self.workers):
+            cells = self.published[w]["cell_of"]
+            mine = self.owner_of_row[cells // p.slots] == w
+            out[mine] = cells[mine]
+        return out
 
     def round(self, phase: str, deadline: float, max_evaluations: int | None, seed, stats: SearchStats) -> float:
         """One round: split rows, search the groups in parallel, merge. Returns the energy
-        (of ``phase``'s problem) of the layout kept, which becomes :attr:`current`."""
+        (under ``phase``'s problem) of the layout kept (:attr:`current`)."""
         p = self.problems[phase]
+        seed = tuple(np.atleast_1d(seed).tolist())
         rng = np.random.default_rng(seed)
         group_of_row = np.empty(p.rows, dtype=np.int64)
         group_of_row[rng.permutation(p.rows)] = np.arange(p.rows) % self.workers
         group_of_block = np.repeat(group_of_row, p.shards)
         per_worker = None if max_evaluations is None else max(1, max_evaluations // self.workers)
         for w, conn in enumerate(self.conns, start=1):
-            conn.send((group_of_block == w, phase, deadline, per_worker, (*np.atleast_1d(seed).tolist(), w)))
-        layout, energy, st, attention, expert = _search_part(
-            p, self.current.copy(), group_of_block == 0, phase, deadline, per_worker,
-            (*np.atleast_1d(seed).tolist(), 0), self.cap, self.screen)
-        self.results[0] = layout
-        energies, parts, attentions, experts = [energy], [st], [attention], [expert]
+            conn.send((group_of_block == w, phase, deadline, per_worker, (*seed, w), self.owner_of_row))
+        energy, st = _search_round(self.search, p, group_of_block == 0, phase, deadline, per_worker, (*seed, 0),
+                                   self.published, self.owner_of_row, 0)
+        energies, parts = [energy], [st]
         for conn in self.conns:
-            e, s, a, x = conn.recv()
+            e, s = conn.recv()
             energies.append(e)
             parts.append(s)
-            attentions.append(a)
-            experts.append(x)
         for s in parts:
             stats.evaluations += s.evaluations
             stats.candidates += s.candidates
             stats.improvements += s.improvements
-        # merge: every sample takes its cell from the worker owning its row
-        owner = group_of_row[self.current // p.slots]
-        merged = self.results[owner, np.arange(owner.size)]
         # A and X of a block depend only on its cells, which come from the block's owner
         blocks = np.arange(p.num_pairs)
-        merged_a = np.stack(attentions)[group_of_block, blocks]
-        merged_x = np.stack(experts)[group_of_block, blocks]
-        merged_energy = float(p.energy(merged_a[None], merged_x[None])[0])
+        merged_a = np.stack([pub["attention"] for pub in self.published])[group_of_block, blocks]
+        merged_x = np.stack([pub["expert"] for pub in self.published])[group_of_block, blocks]
+        merged = float(p.energy(merged_a[None], merged_x[None])[0])
         best = int(np.argmin(energies))
-        if energies[best] < merged_energy:
-            merged, merged_energy = self.results[best].copy(), energies[best]
-        self.current[:] = merged
+        if energies[best] < merged:
+            # rows are coupled (e.g. ``shard``) and one worker's own layout is better
+            group_of_row[:] = best
+            merged = energies[best]
+        self.owner_of_row = group_of_row
         stats.local_optimum = all(s.local_optimum for s in parts)
-        return merged_energy
+        return merged
 
     def close(self):
         for conn in self.conns:
@@ -623,7 +681,8 @@ class ParallelSearch:
             proc.join(timeout=5)
             if proc.is_alive():
                 proc.terminate()
-        self.current = self.results = None
+        self.search.close()
+        self.published = []
         for shm in self._shm:
             shm.close()
             shm.unlink()
