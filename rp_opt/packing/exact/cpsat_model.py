@@ -315,6 +315,7 @@ class CpsatPacking:
                 # a first short try; when it does not prove level 1, get the floor (e.g.
                 # the relaxation bound) and solve again with it
                 solver, status = run(expr, min(limit, max(1.0, 0.1 * budget.seconds)))
+                first_bound = solver.best_objective_bound if status == cp_model.FEASIBLE else None
                 if status in (cp_model.FEASIBLE, cp_model.UNKNOWN) and budget.left() > 0.1:
                     value = floor() if callable(floor) else floor
                     if value is not None:
@@ -324,15 +325,17 @@ class CpsatPacking:
                         self._hint_from(solver, extra_hint)
                     solver, status = run(expr, budget.for_level(pos, n))
             else:
-                solver, status = run(expr, limit)
+                solver, status, first_bound = *run(expr, limit), None
             secs = time.perf_counter() - t0
             name = solver.status_name(status)
             stats = {"status": name, "seconds": secs, "limit": limit, "branches": solver.num_branches,
                      "conflicts": solver.num_conflicts}
             if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 value = round(solver.objective_value)
+                # the first try's proven bound stays valid (the second solve restarts)
+                bound = max(solver.best_objective_bound, first_bound if first_bound is not None else -math.inf)
                 outcomes.append(LevelOutcome("optimal" if status == cp_model.OPTIMAL else "feasible",
-                                             value / unit, solver.best_objective_bound / unit, secs, stats))
+                                             value / unit, bound / unit, secs, stats))
                 layout = self.layout_from(solver)
                 if on_solution:
                     extra = on_solution(solver)
