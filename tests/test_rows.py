@@ -271,6 +271,16 @@ def test_bpplib_subset():
     assert all(all(v) for v in proven.values()), proven
 
 
+@pytest.mark.skipif(not os.path.isdir(BPPLIB), reason=f"BPPLIB instances not found at {BPPLIB}")
+def test_non_irup_instance_needs_the_exact_search():
+    """Scholl N1C3W2_H: arc-flow LP = 22.000, optimum 23 (FFD finds 23): only the exact
+    decision "not in 22 bins" (HiGHS branch-and-bound on the pruned graph) proves it."""
+    weights, capacity = read_bpplib(os.path.join(BPPLIB, "scholl_1", "N1C3W2_H.txt"))
+    cert = certify_bins(weights, capacity, 1, None, time_limit=10)
+    assert cert.stats["arcflow_lp"]["bound"] == 22
+    assert cert.status == "optimal" and cert.r_star == 23 and cert.bound_method == "exact search"
+
+
 # ---------------------------------------------------------------- CLI
 
 def test_cli_certify_npz(tmp_path, capsys):

@@ -17,9 +17,10 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "certify", help="prove the minimum row count R* of a window (or the optimum of a BPPLIB file)",
         description="Certify R*, the least number of rows of a layout: lower bounds (L1, L2, "
-                    "cardinality, arc-flow LP), heuristic packings (FFD, BFD, MBS) and an exact "
-                    "search (arc-flow MIP with HiGHS, CP-SAT). Exit code 0 when proven, 1 when "
-                    "infeasible or not closed in time, 2 on bad input.")
+                    "cardinality, arc-flow LP), packings (FFD, BFD, MBS, LP diving on the arc-flow "
+                    "LP) and an exact search on the arc-flow graph pruned by the waste budget "
+                    "(HiGHS MIP, CP-SAT). Exit code 0 when proven, 1 when infeasible or not closed "
+                    "in time, 2 on bad input.")
     parser.add_argument("file", nargs="?", help="instance .npz (rp-opt-window/1); default: the embedded instance")
     parser.add_argument("--bpp", metavar="FILE.txt", help="a BPPLIB bin-packing file instead (D = 1); reports bins")
     parser.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="seconds (default 10)")
