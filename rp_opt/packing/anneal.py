@@ -39,14 +39,14 @@ and the parent resamples the population in place between temperature steps.
 Deterministic for a seed and a worker count when stopped by temperature steps
 (``temperatures=``) or no-improvement; a time limit cuts the run at a wall-clock point.
 
-Production windows
-------------------
-On windows of >= 64 (row, shard) blocks the plan is: placement, R*, the rank-major demand
+Time-limited runs
+-----------------
+Under a time limit the plan is: placement, R*, the rank-major demand
 (:func:`rank_major_demand`), the seeds (the ``blocks`` seed is the usual start), then the
 block-pair search (:mod:`.improve`, screened swaps; on two processes by row groups when a
 core is free); the anneal runs only to leave a local optimum of the search. Measured
-(scripts/bench_heuristic.py): per second the search lowers the energy far more than the
-anneal there.
+(scripts/bench_heuristic.py, N = 16 to 16384): per second the search lowers the energy
+more than the anneal. With ``temperatures=`` (deterministic) the anneal runs first.
 """
 
 from __future__ import annotations
@@ -746,9 +746,9 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     step, 4), ``steps_per_temperature`` (20), ``temperatures`` (fixed number of temperature
     steps: deterministic schedule; the search then runs ``search_evaluations`` block pairs,
     default 200), ``anneal_share`` (share of the packing time for the first anneal; default
-    0 on windows of >= 64 (row, shard) blocks without ``temperatures``: the search starts
-    from the best seed; 0.3 otherwise; an anneal from the search's local optimum runs when
-    the search stops at one with time left), ``no_improvement``, ``seeds`` (seed rules,
+    0 without ``temperatures``: the search starts from the best seed; 0.3 with them; an
+    anneal from the search's local optimum and the seeds runs, with at least 0.3 of the
+    time left, whenever the search stops at one), ``no_improvement``, ``seeds`` (seed rules,
     default witness, ffd, kk, blocks, blocks-kk, and greedy when it fits the budget),
     ``num_rows``, ``search`` (default True), ``search_cap`` (at most that many samples of a
     block per evaluation, default None: whole blocks), ``search_screen`` (swaps evaluated
@@ -839,10 +839,10 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     reserve = float(options.get("reserve", 0.04 * time_limit))
     remaining = max(time_limit - (time.perf_counter() - started) - reserve, 0.05)
     deterministic = options.get("temperatures") is not None
-    # measured (scripts/bench_heuristic.py): on windows of >= 64 blocks the block search gains
-    # far more per second than the anneal, so the first round starts from the best seed
-    share = float(options.get("anneal_share", 0.0 if problem.num_pairs >= 64 and not deterministic else 0.3)) \
-        if do_search else 1.0
+    # measured (scripts/bench_heuristic.py, N = 16..16384): the block search gains more per
+    # second than the anneal, so the first round starts from the best seed; the anneal runs
+    # when the search stops at a local optimum (diversification)
+    share = float(options.get("anneal_share", 0.3 if deterministic else 0.0)) if do_search else 1.0
     search_workers = options.get("search_workers")
     if search_workers is None:
         # a second search process only pays when a core is free (measured: under a full
