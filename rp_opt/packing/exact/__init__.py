@@ -25,16 +25,14 @@ import logging
 import math
 import time
 
-import numpy as np
-
 from ...cost import cost_bounds, get_objective, rank_load, score
-from ...errors import InputError, require
+from ...errors import require
 from ...result import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL, Plan, Result
 from ...solution import Layout, Placement
 from ...solvers import register_solver
 from ...window import Instance
 from .common import (Budget, PackingData, canonical_layout, greedy_layout, layout_valid, packing_data,
-                     satisfies_chains, symmetry_chains, symmetry_mode)
+                     symmetry_mode)
 
 log = logging.getLogger("rp_opt")
 
@@ -187,7 +185,7 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     obj = get_objective(objective)
     require(backend in BACKENDS, "backend", f"must be one of {BACKENDS}, got {backend!r}")
     require(int(num_rows) == num_rows and num_rows >= 1, "num_rows", f"must be a positive integer, got {num_rows!r}")
-    window, cluster = instance.window, instance.cluster
+    window = instance.window
     data = packing_data(instance, placement, int(num_rows))
     if data.num_samples < data.num_cells:
         return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, solver_name,
@@ -216,24 +214,25 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
 
     eq4 = rank_load(window, placement).max(axis=1) if tighten else None
     budget = Budget(float(time_limit) - (time.perf_counter() - t0))
-    floor = None
+    relaxation = None
     if relax_bound and data.num_samples > data.num_cells:
         from .pyomo_model import relaxation_bound
 
-        def floor():
+        def relaxation():
             bound, stats["relaxation"], _ = relaxation_bound(
-                data, obj, mode, eq4=rank_load(window, placement).max(axis=1), integral=min(data.num_samples, 8),
+                data, obj, mode, eq4=rank_load(window, placement).max(axis=1) if eq4 is None else eq4,
+                integral=min(data.num_samples, 8),
                 time_limit=min(0.25 * budget.left(), 20.0), seed=seed)
             return bound
 
         if backend == "highs":
-            floor()  # reported only
+            relaxation()  # reported only
     if backend == "cpsat":
         from .cpsat_model import CpsatPacking
 
         builder = CpsatPacking(data, obj, mode, tighten=tighten, eq4=eq4)
         stats["scale"] = {"K": builder.scale.K, "att_mult": builder.scale.att_mult, "gamma_int": builder.scale.gamma_int}
-        out = builder.solve(budget, seed=seed, workers=workers, start=start, floor=floor)
+        out = builder.solve(budget, seed=seed, workers=workers, start=start, floor=relaxation)
     else:
         from .pyomo_model import PyomoPacking
 

@@ -39,7 +39,6 @@ constraints). Reps are distinct integers, so a chain of length q forces rep(b_q)
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
