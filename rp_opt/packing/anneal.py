@@ -753,8 +753,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     ``num_rows``, ``search`` (default True), ``search_cap`` (at most that many samples of a
     block per evaluation, default None: whole blocks), ``search_screen`` (swaps evaluated
     exactly per block pair after the lower-bound screen, default 32; None: all),
-    ``search_workers`` (processes of the block search; default: ``workers`` when the 1-min
-    load average leaves a core free, else 1), ``surrogate`` (0.05), ``reserve`` (seconds
+    ``search_workers`` (processes of the block search; default: ``workers`` with
+    ``temperatures`` or when the 1-min load average leaves a core free, else 1), ``surrogate`` (0.05), ``reserve`` (seconds
     kept for the final scoring, default 0.04 * time_limit).
     """
     from ..result import Result
@@ -846,8 +846,10 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     search_workers = options.get("search_workers")
     if search_workers is None:
         # a second search process only pays when a core is free (measured: under a full
-        # machine the session gets the same CPU time with one or two processes)
-        search_workers = workers if os.getloadavg()[0] <= (os.cpu_count() or 1) - 1 else 1
+        # machine the session gets the same CPU time with one or two processes); with a fixed
+        # schedule it is ``workers`` (deterministic for a seed and a worker count)
+        free = os.getloadavg()[0] <= (os.cpu_count() or 1) - 1
+        search_workers = workers if deterministic or free else 1
     run_limit = None
     if deterministic:
         stop = MaxIterations(int(options["temperatures"]))
