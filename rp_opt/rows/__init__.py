@@ -295,10 +295,10 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
             continue
         if graph is not None and exact in ("auto", "arcflow"):
             if exact == "auto" and pruned.arc_tail.size <= MIP_MAX_ARCS:
-                # a short HiGHS branch-and-bound on the pruned graph: it proves "not in K bins"
-                # where the LP bound is not tight (e.g. Scholl N1C3W2_H, LP = 22, B = 23, in
-                # 0.13 s) where CP-SAT stalls; its time limit can be overrun by seconds, so
-                # only small graphs and a small share of the time
+                # HiGHS branch-and-bound on the pruned graph: it proves "not in K bins" where
+                # the LP bound is not tight (Scholl N1C3W2_H, LP = 22, B = 23: 0.06-0.13 s)
+                # and CP-SAT stalls; only on small graphs, where its LPs are fast and it keeps
+                # to its time limit (large ones can overrun it by LP solves of seconds)
                 res = arcflow.solve_mip(pruned, lengths, MIP_SHARE * left, min_bins=s.lower, max_bins=target)
                 s.stats.setdefault("arcflow_mip", []).append({"target": target, "status": res.status,
                                                               "seconds": res.seconds})
