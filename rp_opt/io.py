@@ -53,15 +53,17 @@ def save_instance(path: str | os.PathLike, instance: Instance) -> None:
                 np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
 
 
-def _cluster_from_meta(data) -> Cluster:
+def cluster_from_meta(data) -> Cluster:
+    """The :class:`Cluster` of an instance file's ``meta.cluster`` object."""
     require(isinstance(data, dict), "meta.cluster", "is missing or not an object")
     for key in ("dp", "edp", "ep", "capacity"):
         require(key in data, f"cluster.{key}", "is missing")
     return Cluster(data["dp"], data["edp"], data["ep"], data["capacity"], data.get("max_samples_per_cell"))
 
 
-def load_instance(path: str | os.PathLike) -> Instance:
-    """Read and validate an instance file; :class:`InputError` on any problem."""
+def read_instance_arrays(path: str | os.PathLike, arrays=("lengths", "demand")) -> tuple[dict, dict]:
+    """(meta, {name: array}) of an instance file, checking the archive, the named arrays
+    and the meta format only (the caller validates the contents)."""
     path = os.fspath(path)
     require(os.path.exists(path), "file", f"{path} does not exist")
     try:
@@ -70,7 +72,7 @@ def load_instance(path: str | os.PathLike) -> Instance:
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise InputError("file", f"{path} is not an .npz archive ({type(exc).__name__})") from None
     with archive:
-        for key in ("lengths", "demand", "meta"):
+        for key in (*arrays, "meta"):
             require(key in names, key, f"array is missing from {path}")
         try:
             meta = json.loads(str(archive["meta"]))
@@ -78,13 +80,17 @@ def load_instance(path: str | os.PathLike) -> Instance:
             raise InputError("meta", f"is not valid JSON ({exc.msg} at position {exc.pos})") from None
         require(isinstance(meta, dict), "meta", "must be a JSON object")
         require(meta.get("format") == FORMAT, "meta.format", f"must be {FORMAT!r}, got {meta.get('format')!r}")
-        require("top_k" in meta, "meta.top_k", "is missing")
-        require("cost" in meta, "meta.cost", "is missing")
-        lengths = archive["lengths"]
-        demand = archive["demand"]
-        attn_work = archive["attn_work"] if "attn_work" in names else None
-    window = Window(lengths, demand, meta["top_k"], attn_work)
-    cluster = _cluster_from_meta(meta.get("cluster"))
+        found = {key: archive[key] for key in names if key != "meta"}
+    return meta, found
+
+
+def load_instance(path: str | os.PathLike) -> Instance:
+    """Read and validate an instance file; :class:`InputError` on any problem."""
+    meta, arrays = read_instance_arrays(path)
+    require("top_k" in meta, "meta.top_k", "is missing")
+    require("cost" in meta, "meta.cost", "is missing")
+    window = Window(arrays["lengths"], arrays["demand"], meta["top_k"], arrays.get("attn_work"))
+    cluster = cluster_from_meta(meta.get("cluster"))
     cost = CostModel.from_dict(meta["cost"])
     extra = {k: v for k, v in meta.items() if k not in ("format", "top_k", "model", "cluster", "cost")}
     return Instance(window, cluster, cost, str(meta.get("model", "custom")), extra)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
-import zipfile
 
 import numpy as np
 
-from ..errors import InputError, require
+from ..errors import require
 from ..result import INFEASIBLE, OPTIMAL
 from ._common import add_json, emit_json, table
 
@@ -33,27 +31,14 @@ def register(subparsers) -> None:
 def _window_arrays(path: str):
     """Lengths and cluster of an instance file, without :class:`Instance`'s T_i <= C check
     (an over-long sample is a finding of the certifier, not bad input)."""
-    from ..io import FORMAT, _cluster_from_meta
+    from ..io import cluster_from_meta, read_instance_arrays
 
-    require(os.path.exists(path), "file", f"{path} does not exist")
-    try:
-        archive = np.load(path, allow_pickle=False)
-        names = set(archive.files)
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise InputError("file", f"{path} is not an .npz archive ({type(exc).__name__})") from None
-    with archive:
-        for key in ("lengths", "meta"):
-            require(key in names, key, f"array is missing from {path}")
-        try:
-            meta = json.loads(str(archive["meta"]))
-        except json.JSONDecodeError as exc:
-            raise InputError("meta", f"is not valid JSON ({exc.msg} at position {exc.pos})") from None
-        require(isinstance(meta, dict) and meta.get("format") == FORMAT, "meta.format", f"must be {FORMAT!r}")
-        lengths = np.asarray(archive["lengths"])
+    meta, arrays = read_instance_arrays(path, ("lengths",))
+    lengths = np.asarray(arrays["lengths"])
     require(lengths.ndim == 1 and lengths.size >= 1, "lengths", f"must be a non-empty 1-D array, got shape {lengths.shape}")
     require(lengths.dtype.kind in "iu", "lengths", f"must be integers, got dtype {lengths.dtype}")
     require(bool(np.all(lengths >= 1)), "lengths", f"holds {int(lengths.min())}; every sample needs >= 1 token")
-    return lengths.astype(np.int64), _cluster_from_meta(meta.get("cluster"))
+    return lengths.astype(np.int64), cluster_from_meta(meta.get("cluster"))
 
 
 def run(args) -> int:
