@@ -68,8 +68,6 @@ def window(n: int, cache: str = "/tmp"):
 
 
 def production(seconds: float, samples: int = 4096, reference: float = 0.0):
-    from rp_opt.cost import score
-
     inst = window(samples)
     import rp_opt.placement  # noqa: F401  (imports outside the timed plan, as in a trainer)
     print("| solver | primary (sync) | vs identity+ffd | vs bound | seconds |")

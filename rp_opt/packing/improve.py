@@ -351,7 +351,6 @@ class BlockSearch:
               stats: SearchStats | None = None) -> SearchStats:
         """First-improvement passes over ALL block pairs in random order (best move within
         each pair) until a pass improves nothing, ``deadline`` or ``max_evaluations``."""
-        p = self.p
         stats = SearchStats() if stats is None else stats
         started = time.perf_counter()
         blocks = self._blocks()

@@ -172,7 +172,6 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
     deadline = start + float(time_limit)
     lengths = np.asarray(lengths, dtype=np.int64)
     n, c, d, m = int(lengths.size), int(capacity), int(num_slots), max_items
-    base = dict(seconds=0.0)
 
     def done(status, r_star, lower_rows, upper_rows, method, witness, bins_lo, bins_hi, reason=None, fix=None, stats=None):
         return RowCertificate(status, r_star, lower_rows, upper_rows, method, witness, bins_lo, bins_hi,
