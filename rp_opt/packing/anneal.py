@@ -360,6 +360,21 @@ def metropolis_steps(problem: Problem, state: State, k0: int, k1: int, temperatu
 _WORKER: dict = {}
 
 
+def stop_workers(conns, procs) -> None:
+    """Tell worker processes to stop (``None`` on their pipe), then join them (terminate
+    after 5 s); a worker that already died is skipped."""
+    for conn in conns:
+        try:
+            conn.send(None)
+            conn.close()
+        except (BrokenPipeError, OSError):
+            pass
+    for proc in procs:
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.terminate()
+
+
 def _worker_loop(conn, problem, state, k0, k1):
     while True:
         task = conn.recv()
@@ -401,16 +416,7 @@ class Pool:
         return accepted
 
     def close(self):
-        for conn in self.conns:
-            try:
-                conn.send(None)
-                conn.close()
-            except (BrokenPipeError, OSError):
-                pass
-        for proc in self.procs:
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.terminate()
+        stop_workers(self.conns, self.procs)
 
 
 # ---------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .anneal import Problem, State, load_layouts
+from .anneal import Problem, State, load_layouts, stop_workers
 
 
 def _groups(problem: Problem, axis: int, block: int) -> tuple[int, int]:
@@ -670,16 +670,7 @@ class ParallelSearch:
         return merged
 
     def close(self):
-        for conn in self.conns:
-            try:
-                conn.send(None)
-                conn.close()
-            except (BrokenPipeError, OSError):
-                pass
-        for proc in self.procs:
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.terminate()
+        stop_workers(self.conns, self.procs)
         self.search.close()
         self.published = []
         for shm in self._shm:
