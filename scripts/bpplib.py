@@ -18,23 +18,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from rp_opt.commands._common import silence_highs_banner  # noqa: E402
 from rp_opt.rows import certify_bins, read_bpplib  # noqa: E402
 
-
-def _quiet_highs_banner() -> None:
-    """HiGHS prints a banner on stdout when the first solver object is made; send it to
-    stderr so that --json output stays parseable."""
-    import highspy
-
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        highspy.Highs()
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
 
 DEFAULT_ROOT = os.path.join(os.path.dirname(HERE), "..", "shared", "bpplib")
 
@@ -80,7 +66,7 @@ def main(argv=None) -> int:
     parser.add_argument("--log", nargs="?", const="-", default=None, metavar="FILE",
                         help="one line per instance, flushed, to FILE (appended) or stderr")
     args = parser.parse_args(argv)
-    _quiet_highs_banner()
+    silence_highs_banner()
     optima = read_optima(args.root)
     start = time.time()
     log = None if args.log is None else (sys.stderr if args.log == "-" else open(args.log, "a"))

@@ -53,3 +53,19 @@ def test_unknown_solver_and_objective(capsys):
     assert "solver: unknown solver 'magic'" in capsys.readouterr().err
     assert main(["plan", "--objective", "fast"]) == 2
     assert "objective: unknown objective 'fast'" in capsys.readouterr().err
+
+
+def test_json_stdout_is_clean_when_highs_runs():
+    """HiGHS prints a banner on stdout when first used; with --json it must go to stderr.
+    Scholl N1C3W2_H needs HiGHS' exact decision (LP bound 22, optimum 23)."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(root, "tests", "data", "bpplib", "scholl_1", "N1C3W2_H.txt")
+    out = subprocess.run([sys.executable, "-m", "rp_opt.cli", "certify", "--bpp", path, "--json"],
+                         capture_output=True, text=True, timeout=120, cwd=root)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["bins"] == 23 and data["status"] == "optimal"
