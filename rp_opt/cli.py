@@ -45,9 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("rp_opt").setLevel(level)
     if getattr(args, "json", False):
         # JSON on stdout stays clean: solver banners go to stderr, progress only when asked for
-        from .commands._common import silence_highs_banner
+        from ._highs import silence_banner
 
-        silence_highs_banner()
+        silence_banner()
         logging.getLogger("rp_opt").setLevel(max(level, logging.WARNING) if not args.verbose else level)
     try:
         return int(args.run(args) or 0)

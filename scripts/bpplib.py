@@ -18,7 +18,6 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from rp_opt.commands._common import silence_highs_banner  # noqa: E402
 from rp_opt.rows import certify_bins, read_bpplib  # noqa: E402
 
 
@@ -66,7 +65,6 @@ def main(argv=None) -> int:
     parser.add_argument("--log", nargs="?", const="-", default=None, metavar="FILE",
                         help="one line per instance, flushed, to FILE (appended) or stderr")
     args = parser.parse_args(argv)
-    silence_highs_banner()
     optima = read_optima(args.root)
     start = time.time()
     log = None if args.log is None else (sys.stderr if args.log == "-" else open(args.log, "a"))

@@ -36,24 +36,6 @@ def open_instance(path: str | None) -> tuple[Instance, str]:
     return load_instance(path), path
 
 
-def silence_highs_banner() -> None:
-    """HiGHS prints a banner on stdout when its first solver object is made; make that
-    object now with stdout pointing at stderr, so that --json output stays parseable."""
-    try:
-        import highspy
-    except ImportError:  # pragma: no cover - highspy is a core dependency
-        return
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        highspy.Highs()
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
 def add_json(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON summary on stdout instead of tables")
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._highs import silence_banner
 from ..errors import InputError, require
 from ..result import FEASIBLE, NO_SOLUTION, OPTIMAL, relative_gap
 from ..solution import Layout, Placement
@@ -38,6 +39,8 @@ from ..window import Instance, Window
 from .local_search import local_search_ranks
 from .lpt import lpt_ranks
 from .objectives import LayerProblem, get_placement_objective
+
+silence_banner()  # the banner would go to stdout (see rp_opt._highs)
 
 log = logging.getLogger("rp_opt")
 

@@ -22,6 +22,10 @@ import highspy
 import numpy as np
 import scipy.sparse as sp
 
+from .._highs import silence_banner
+
+silence_banner()  # the banner would go to stdout (see rp_opt._highs)
+
 log = logging.getLogger("rp_opt")
 
 

@@ -15,10 +15,13 @@ import pyomo.environ as pe
 from pyomo.contrib.appsi.base import TerminationCondition
 from pyomo.contrib.appsi.solvers import Highs
 
+from ..._highs import silence_banner
 from ...cost import Objective
 from ...solution import Layout
 from .common import Budget, PackingData, linearize_aggregate, symmetry_chains
 from .cpsat_model import LevelOutcome, SolveOutcome
+
+silence_banner()  # the banner would go to stdout (see rp_opt._highs)
 
 log = logging.getLogger("rp_opt")
 
