@@ -18,6 +18,16 @@ from ..window import Window
 from .lpt import _check_load, layer_rank_loads, lpt_ranks
 
 
+
+def _swap(load, ranks, totals, layer, a, b) -> None:
+    """Swap experts a and b (one pair per entry of ``layer``) between their ranks, in place,
+    keeping the rank totals L[l, p] up to date."""
+    p, q = ranks[layer, a], ranks[layer, b]
+    delta = load[layer, a] - load[layer, b]
+    ranks[layer, a], ranks[layer, b] = q, p
+    totals[layer, p] -= delta
+    totals[layer, q] += delta
+
 def local_search_ranks(load: np.ndarray, ranks: np.ndarray, num_ranks: int,
                        max_sweeps: int | None = None, moves: str = "max") -> np.ndarray:
     """Improve ``ranks`` by best-improvement swaps out of the most loaded rank.
@@ -81,13 +91,7 @@ def local_search_ranks(load: np.ndarray, ranks: np.ndarray, num_ranks: int,
             break
         rows, best = rows[move], best[move]
         layer = active[move]
-        a = a_idx[rows, best // num_experts]
-        b = best % num_experts
-        p, q = ranks[layer, a], ranks[layer, b]
-        delta = load[layer, a] - load[layer, b]
-        ranks[layer, a], ranks[layer, b] = q, p
-        totals[layer, p] -= delta
-        totals[layer, q] += delta
+        _swap(load, ranks, totals, layer, a_idx[rows, best // num_experts], best % num_experts)
         active = layer
     return ranks
 
@@ -117,12 +121,7 @@ def _all_pairs(load, ranks, num_ranks, max_sweeps):
         if not move.any():
             break
         layer, best = active[move], best[move]
-        a, b = best // num_experts, best % num_experts
-        p, q = ranks[layer, a], ranks[layer, b]
-        delta = load[layer, a] - load[layer, b]
-        ranks[layer, a], ranks[layer, b] = q, p
-        totals[layer, p] -= delta
-        totals[layer, q] += delta
+        _swap(load, ranks, totals, layer, best // num_experts, best % num_experts)
         active = layer
     return ranks
 

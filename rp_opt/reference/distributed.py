@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch.distributed.nn.functional import all_reduce
 from torch.nn import functional as F
 
-from .moe import TinyMoE, predicted_tokens
+from .moe import TinyMoE, packed_next_token_loss, predicted_tokens
 
 
 def _exchange(local: torch.Tensor, rank: int, world: int, rows: int) -> torch.Tensor:
@@ -90,12 +90,7 @@ def forward_ep(model: TinyMoE, local: list[dict], samples: list[torch.Tensor], r
         weights = torch.softmax(logits.gather(1, ids), dim=1)
         x = x + ep_moe(layer, x, ids, weights, rank, world, local[l])
         routed.append(ids)
-    logits = x @ model.head
-    last = torch.cumsum(torch.tensor(lengths), 0) - 1
-    has_target = torch.ones(tokens.numel(), dtype=torch.bool)
-    has_target[last] = False
-    idx = torch.nonzero(has_target, as_tuple=True)[0]
-    loss = F.cross_entropy(logits[idx], tokens[idx + 1], reduction="sum")
+    loss = packed_next_token_loss(x @ model.head, tokens, lengths)
     return loss, np.split(torch.stack(routed, dim=1).numpy(), np.cumsum(lengths)[:-1])
 
 

@@ -112,13 +112,7 @@ class TinyMoE(nn.Module):
             y, ids = self.moe[l](x, None if forced is None else forced[:, l])
             x = x + y
             routed.append(ids)
-        logits = x @ self.head
-        # next-token targets inside each sample (the last token of a sample has none)
-        last = torch.cumsum(torch.tensor(lengths), 0) - 1
-        has_target = torch.ones(tokens.numel(), dtype=torch.bool)
-        has_target[last] = False
-        idx = torch.nonzero(has_target, as_tuple=True)[0]
-        loss = F.cross_entropy(logits[idx], tokens[idx + 1], reduction="sum")
+        loss = packed_next_token_loss(x @ self.head, tokens, lengths)
         ids = torch.stack(routed, dim=1).numpy()  # [M, L, k]
         return loss, np.split(ids, np.cumsum(lengths)[:-1])
 
@@ -129,6 +123,16 @@ class TinyMoE(nn.Module):
 
     def log2phy(self) -> np.ndarray:
         return np.stack([layer.log2phy.numpy() for layer in self.moe])
+
+
+def packed_next_token_loss(logits: torch.Tensor, tokens: torch.Tensor, lengths) -> torch.Tensor:
+    """Summed next-token cross entropy over samples packed back to back: targets stay
+    inside each sample (the last token of a sample has none)."""
+    last = torch.cumsum(torch.tensor(lengths), 0) - 1
+    has_target = torch.ones(tokens.numel(), dtype=torch.bool)
+    has_target[last] = False
+    idx = torch.nonzero(has_target, as_tuple=True)[0]
+    return F.cross_entropy(logits[idx], tokens[idx + 1], reduction="sum")
 
 
 def predicted_tokens(samples: list[torch.Tensor]) -> int:
