@@ -52,6 +52,8 @@ def run(args) -> int:
         data = {"file": args.bpp, "items": int(weights.size), "capacity": capacity,
                 "bins": cert.r_star, "lower_bound": cert.bins_lower, "upper_bound": cert.bins_upper,
                 "status": cert.status, "bound_method": cert.bound_method, "seconds": round(cert.seconds, 4)}
+        if cert.stats.get("exact_search_by"):
+            data["exact_search_by"] = cert.stats["exact_search_by"]
         if args.json:
             emit_json(data)
         else:

@@ -288,6 +288,8 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
             res = arcflow.solve_mip(pruned, lengths, left, min_bins=s.lower, max_bins=target, hint=hint)
             s.stats.setdefault("arcflow_mip", []).append({"target": target, "status": res.status, "seconds": res.seconds})
             s.offer(res.bin_of, "arc-flow MIP")
+            if res.bound > s.lower:
+                s.stats["exact_search_by"] = "HiGHS MIP"
             s.raise_lower(res.bound, "exact search")
             if res.bin_of is None and res.bound <= s.lower and res.status != "Infeasible":
                 break                                    # time limit without progress
@@ -303,7 +305,9 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
                                                               "seconds": res.seconds})
                 s.offer(res.bin_of, "arc-flow MIP")
                 if res.status == "Infeasible":
+                    # HiGHS works in floating point (on a 0/1 integer model): say who proved it
                     s.raise_lower(target + 1, "exact search")
+                    s.stats["exact_search_by"] = "HiGHS MIP"
                 if closed() or proven_infeasible() or res.status == "Infeasible":
                     continue
                 left = deadline - time.perf_counter()
@@ -323,6 +327,7 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
                 break                                    # a packing that failed verification
         elif res.status == "infeasible":
             s.raise_lower(target + 1, "exact search")
+            s.stats["exact_search_by"] = "CP-SAT"
         else:
             break
 
