@@ -15,7 +15,6 @@ from rp_opt.cost import layout_costs, rank_demand, score
 from rp_opt.packing import anneal
 from rp_opt.packing.baseline import pack
 from rp_opt.packing.seeds import layout_violation, seed_layouts
-from rp_opt.result import Plan
 from rp_opt.solution import Layout, Placement
 from rp_opt.solvers import get_solver
 

@@ -8,7 +8,7 @@ from rp_opt import Layout, Placement, check_plan, cost_bounds, get_objective, la
 from rp_opt.cost import Costs, rank_demand, rank_load
 from rp_opt.packing.baseline import pack
 
-from conftest import hand_instance, random_instance
+from conftest import random_instance
 
 HAND_PLACEMENT = Placement(np.array([[0, 0, 1, 1], [0, 1, 0, 1]]), 2)
 # row 0: slot 0 {0}, slot 1 {1}; row 1: slot 0 {2}, slot 1 {3}

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from rp_opt import Layout, Placement, check
 from rp_opt.cli import main
-from rp_opt.export import export_arrays, export_plan, load_export, microbatch_lists, physical_maps
+from rp_opt.export import export_plan, load_export, microbatch_lists, physical_maps
 from rp_opt.io import save_instance, save_plan
 from rp_opt.solvers import get_solver
 

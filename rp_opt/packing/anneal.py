@@ -700,8 +700,10 @@ def search_layout(problem: Problem, start: np.ndarray, *, deadline: float | None
                 while time.perf_counter() < end - 0.02 and (budget is None or st.evaluations < budget):
                     per_round = None if budget is None else min(budget - st.evaluations, round_evaluations * workers)
                     before = st.improvements
-                    energy = par.round(phase, min(end, time.perf_counter() + round_len), per_round,
-                                       (seed, rounds, 11), st)
+                    # evaluation-bounded rounds take no wall-clock cut, so that a seed and a
+                    # worker count give the same layout however loaded the machine is
+                    round_end = end if budget is not None else min(end, time.perf_counter() + round_len)
+                    energy = par.round(phase, round_end, per_round, (seed, rounds, 11), st)
                     rounds += 1
                     if st.local_optimum and st.improvements == before:
                         break

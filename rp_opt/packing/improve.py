@@ -528,11 +528,14 @@ def _adopt(search: BlockSearch, published: dict, owner_of_row: np.ndarray, me: i
 
 
 def _search_round(search: BlockSearch, problem: Problem, allowed: np.ndarray, phase: str, deadline: float,
-                  max_evaluations: int | None, seed, published: dict, owner_of_row, me: int):
-    """One worker's round: adopt the other workers' rows, then the search restricted to
-    pairs of the ``allowed`` blocks under ``problem``; publish the state."""
+                  max_evaluations: int | None, seed, previous: list, published: list, owner_of_row, me: int):
+    """One worker's round: adopt the other workers' rows from ``previous`` (the states
+    published in the last round), then the search restricted to pairs of the ``allowed``
+    blocks under ``problem``; publish the state into ``published[me]``. The two lists are
+    different buffers, so a worker that finishes early never overwrites a state another
+    worker is still adopting."""
     if owner_of_row is not None:
-        _adopt(search, published, owner_of_row, me)
+        _adopt(search, previous, owner_of_row, me)
     if search.p is not problem:
         search.p = problem
         search.clean = {}
@@ -556,9 +559,9 @@ def _search_worker(conn, search, problems, published, me):
         task = conn.recv()
         if task is None:
             break
-        allowed, phase, deadline, max_evaluations, seed, owner_of_row = task
-        conn.send(_search_round(search, problems[phase], allowed, phase, deadline, max_evaluations, seed, published,
-                                owner_of_row, me))
+        allowed, phase, deadline, max_evaluations, seed, owner_of_row, write = task
+        conn.send(_search_round(search, problems[phase], allowed, phase, deadline, max_evaluations, seed,
+                                published[1 - write], published[write], owner_of_row, me))
     conn.close()
 
 
@@ -597,16 +600,19 @@ class ParallelSearch:
         self.search = BlockSearch(p, start, cap=cap, screen=screen)
         st = self.search.state
         self._shm = []
-        self.published = []
-        for _ in range(workers):
-            arrays = {}
-            for name in _SHARED:
-                like = getattr(st, name)[0]
-                shm = shared_memory.SharedMemory(create=True, size=max(1, like.nbytes))
-                self._shm.append(shm)
-                arrays[name] = np.ndarray(like.shape, dtype=like.dtype, buffer=shm.buf)
-                arrays[name][...] = like
-            self.published.append(arrays)
+        # two buffers of published states: round k writes buffer k mod 2 and reads the other
+        self.published = [[], []]
+        for buffer in self.published:
+            for _ in range(workers):
+                arrays = {}
+                for name in _SHARED:
+                    like = getattr(st, name)[0]
+                    shm = shared_memory.SharedMemory(create=True, size=max(1, like.nbytes))
+                    self._shm.append(shm)
+                    arrays[name] = np.ndarray(like.shape, dtype=like.dtype, buffer=shm.buf)
+                    arrays[name][...] = like
+                buffer.append(arrays)
+        self.last = 0  # the buffer holding the latest round's states
         self.owner_of_row = None
         self.conns, self.procs = [], []
         ctx = mp.get_context("fork")
@@ -622,12 +628,13 @@ class ParallelSearch:
     @property
     def current(self) -> np.ndarray:
         """The merged layout after the last round (cell of every sample)."""
+        latest = self.published[self.last]
         if self.owner_of_row is None:
-            return self.published[0]["cell_of"].astype(np.int64)
+            return latest[0]["cell_of"].astype(np.int64)
         p = self.problems["run"]
-        out = self.published[0]["cell_of"].astype(np.int64)
+        out = latest[0]["cell_of"].astype(np.int64)
         for w in range(1, self.workers):
-            cells = self.published[w]["cell_of"]
+            cells = latest[w]["cell_of"]
             mine = self.owner_of_row[cells // p.slots] == w
             out[mine] = cells[mine]
         return out
@@ -642,10 +649,11 @@ class ParallelSearch:
         group_of_row[rng.permutation(p.rows)] = np.arange(p.rows) % self.workers
         group_of_block = np.repeat(group_of_row, p.shards)
         per_worker = None if max_evaluations is None else max(1, max_evaluations // self.workers)
+        write = 1 - self.last
         for w, conn in enumerate(self.conns, start=1):
-            conn.send((group_of_block == w, phase, deadline, per_worker, (*seed, w), self.owner_of_row))
+            conn.send((group_of_block == w, phase, deadline, per_worker, (*seed, w), self.owner_of_row, write))
         energy, st = _search_round(self.search, p, group_of_block == 0, phase, deadline, per_worker, (*seed, 0),
-                                   self.published, self.owner_of_row, 0)
+                                   self.published[self.last], self.published[write], self.owner_of_row, 0)
         energies, parts = [energy], [st]
         for conn in self.conns:
             e, s = conn.recv()
@@ -657,8 +665,9 @@ class ParallelSearch:
             stats.improvements += s.improvements
         # A and X of a block depend only on its cells, which come from the block's owner
         blocks = np.arange(p.num_pairs)
-        merged_a = np.stack([pub["attention"] for pub in self.published])[group_of_block, blocks]
-        merged_x = np.stack([pub["expert"] for pub in self.published])[group_of_block, blocks]
+        self.last = write
+        merged_a = np.stack([pub["attention"] for pub in self.published[write]])[group_of_block, blocks]
+        merged_x = np.stack([pub["expert"] for pub in self.published[write]])[group_of_block, blocks]
         merged = float(p.energy(merged_a[None], merged_x[None])[0])
         best = int(np.argmin(energies))
         if energies[best] < merged:
