@@ -38,8 +38,14 @@ def sample_attention(window: Window, cost: CostModel) -> np.ndarray:
     return cost.layers @ stage_work(window, cost)
 
 
-def rank_demand(window: Window, placement: Placement) -> np.ndarray:
-    """[N, L, P]: tokens of sample i that layer l sends to rank p, sum_{e: pi_l(e)=p} a[i,l,e]."""
+def rank_demand_major(window: Window, placement: Placement, chunk: int = 128) -> np.ndarray:
+    """[N, P*L] rank-major demand: out[i, p*L + l] = sum_{e: pi_l(e) = p} a[i,l,e].
+
+    One gather per chunk of samples orders every sample's a[i,l,e] as [E/P, P, L] (the j-th
+    expert of rank p of layer l); a sum over the leading E/P axis then adds contiguous
+    [P*L] rows, with no float conversion and chunks that stay in cache. int32 unless the
+    counts could overflow it (then int64).
+    """
     if placement.ranks.shape != (window.num_layers, window.num_experts):
         raise InputError(
             "placement",
@@ -47,14 +53,30 @@ def rank_demand(window: Window, placement: Placement) -> np.ndarray:
             f"({window.num_layers}, {window.num_experts})",
         )
     n, num_layers, num_experts = window.demand.shape
-    # One small matmul per layer with the expert->rank one-hot matrix. float32 is exact here:
-    # a sample sends at most k*T_i < 2^24 tokens of a layer to a rank.
-    onehot = np.zeros((num_layers, num_experts, placement.num_ranks), dtype=np.float32)
-    onehot[np.arange(num_layers)[:, None], np.arange(num_experts)[None, :], placement.ranks] = 1.0
-    out = np.empty((n, num_layers, placement.num_ranks), dtype=np.int64)
-    for l in range(num_layers):
-        out[:, l, :] = window.demand[:, l, :].astype(np.float32) @ onehot[l]
+    num_ranks = placement.num_ranks
+    per_rank = num_experts // num_ranks
+    wide = window.demand.dtype.itemsize > 2 and int(window.demand.max(initial=0)) * per_rank >= 2 ** 31
+    dtype = np.int64 if wide else np.int32
+    experts = placement.experts_of_ranks().reshape(num_layers, num_ranks, per_rank)     # [L, P, E/P]
+    index = (np.arange(num_layers)[None, None, :] * num_experts + experts.transpose(2, 1, 0)).ravel()
+    flat = window.demand.reshape(n, num_layers * num_experts)
+    out = np.empty((n, num_ranks * num_layers), dtype=dtype)
+    for start in range(0, n, chunk):
+        block = np.take(flat[start:start + chunk], index, axis=1).reshape(-1, per_rank, num_ranks * num_layers)
+        np.sum(block, axis=1, dtype=dtype, out=out[start:start + chunk])
     return out
+
+
+def rank_major_view(major: np.ndarray, num_layers: int) -> np.ndarray:
+    """The [N, L, P] view (no copy) of a rank-major demand [N, P*L]."""
+    n = major.shape[0]
+    return major.reshape(n, -1, num_layers).transpose(0, 2, 1)
+
+
+def rank_demand(window: Window, placement: Placement) -> np.ndarray:
+    """[N, L, P]: tokens of sample i that layer l sends to rank p, sum_{e: pi_l(e)=p} a[i,l,e]."""
+    major = rank_demand_major(window, placement)
+    return np.ascontiguousarray(rank_major_view(major, window.num_layers), dtype=np.int64)
 
 
 def rank_load(window: Window, placement: Placement) -> np.ndarray:
@@ -114,30 +136,35 @@ def block_of(layout: Layout, num_shards: int) -> np.ndarray:
     return layout.row_of * num_shards + layout.slot_of // (layout.num_slots // num_shards)
 
 
+def block_sums(layout: Layout, values: np.ndarray, num_shards: int) -> np.ndarray:
+    """[R*G, ...]: sum of ``values[i]`` (int64 for integer values) over the samples of every (row, shard) block,
+    one contiguous slice per block after sorting the samples by block (an empty block sums
+    to 0)."""
+    blocks = layout.num_rows * num_shards
+    group = block_of(layout, num_shards)
+    order = np.argsort(group, kind="stable")
+    bounds = np.searchsorted(group[order], np.arange(blocks + 1))
+    ordered = values[order]
+    dtype = np.int64 if ordered.dtype.kind in "iu" else None
+    return np.stack([ordered[bounds[b]:bounds[b + 1]].sum(axis=0, dtype=dtype) for b in range(blocks)])
+
+
 def shard_rank_load(layout: Layout, demand_by_rank: np.ndarray, num_shards: int) -> np.ndarray:
     """W[R, G, L, P] from per-sample rank demand [N, L, P]."""
-    n, num_layers, num_ranks = demand_by_rank.shape
-    group = block_of(layout, num_shards)
-    # One-hot (row, shard) x sample matrix times the flattened demand: a single BLAS call.
-    member = np.zeros((layout.num_rows * num_shards, n))
-    member[group, np.arange(n)] = 1.0
-    loads = member @ demand_by_rank.reshape(n, -1).astype(np.float64)
+    _, num_layers, num_ranks = demand_by_rank.shape
+    loads = block_sums(layout, demand_by_rank, num_shards).astype(np.float64)
     return loads.reshape(layout.num_rows, num_shards, num_layers, num_ranks)
 
 
 def block_rank_load(window: Window, placement: Placement, layout: Layout, num_shards: int) -> np.ndarray:
     """W[R, G, L, P] straight from the demand a[N, L, E]: sum the samples of every block
-    first (one contiguous slice per block after sorting), then the experts of every rank.
+    first, then the experts of every rank.
 
     Cheaper than going through :func:`rank_demand` when only W is needed: the expert ->
     rank sum runs on R*G block totals instead of N samples.
     """
     blocks = layout.num_rows * num_shards
-    group = block_of(layout, num_shards)
-    order = np.argsort(group, kind="stable")
-    bounds = np.searchsorted(group[order], np.arange(blocks + 1))
-    sorted_demand = window.demand[order]
-    totals = np.stack([sorted_demand[bounds[b]:bounds[b + 1]].sum(axis=0, dtype=np.int64) for b in range(blocks)])
+    totals = block_sums(layout, window.demand, num_shards)                      # [R*G, L, E]
     experts = placement.experts_of_ranks().reshape(window.num_layers, -1)
     by_rank = np.take_along_axis(totals, experts[None], axis=2)
     by_rank = by_rank.reshape(blocks, window.num_layers, placement.num_ranks, -1).sum(axis=3)
@@ -305,9 +332,10 @@ def score(instance: Instance, placement: Placement, layout: Layout, objective="s
 # Lower bounds (MODEL.md, "Bounds worth knowing")
 # ---------------------------------------------------------------------------------------
 
-def placement_bound(window: Window, num_ranks: int) -> np.ndarray:
-    """[L]: max_p L[l,p] >= max(max_e load_e, ceil(sum_e load_e / P)) for any placement."""
-    load = window.expert_load()
+def placement_bound(window: Window, num_ranks: int, load: np.ndarray | None = None) -> np.ndarray:
+    """[L]: max_p L[l,p] >= max(max_e load_e, ceil(sum_e load_e / P)) for any placement
+    (``load`` = ``window.expert_load()`` when the caller has it)."""
+    load = window.expert_load() if load is None else load
     return np.maximum(load.max(axis=1), -(-load.sum(axis=1) // num_ranks))
 
 
@@ -351,21 +379,26 @@ class CostBounds:
         return tuple(sum(coef * self.aggregate(agg) for coef, agg in level) for level in objective.levels)
 
 
-def cost_bounds(instance: Instance, num_rows: int, placement: Placement | None = None) -> CostBounds:
+def cost_bounds(instance: Instance, num_rows: int, placement: Placement | None = None, *,
+                load: np.ndarray | None = None, tokens: np.ndarray | None = None) -> CostBounds:
     """Analytic lower bounds for layouts of ``num_rows`` rows.
 
     With ``placement`` the bounds hold for that placement (the hierarchical problem);
-    without, they hold for every placement (the joint problem).
+    without, they hold for every placement (the joint problem). ``load`` (=
+    ``window.expert_load()``) and ``tokens`` [N, L] (tokens each sample routes per layer)
+    spare passes over a[i,l,e] when the caller already has them.
     """
     window, cluster, cost = instance.window, instance.cluster, instance.cost
     attention = sample_attention(window, cost)
     attention_total = cluster.edp / cluster.dp * float(attention.sum())
     if placement is None:
-        expert_total = cost.gamma * float(placement_bound(window, cluster.ep).sum())
+        expert_total = cost.gamma * float(placement_bound(window, cluster.ep, load).sum())
         # per layer: the busiest rank holds at least the sample's largest expert count and
         # at least a 1/P share of its tokens
         widest = window.demand.max(axis=2).astype(np.int64)
-        share = -(-window.demand.sum(axis=2, dtype=np.int64) // cluster.ep)
+        if tokens is None:
+            tokens = window.demand.sum(axis=2, dtype=np.int64)
+        share = -(-np.asarray(tokens, dtype=np.int64) // cluster.ep)
         sample_expert = cost.gamma * np.maximum(widest, share).sum(axis=1)
     else:
         expert_total = cost.gamma * float(rank_load(window, placement).max(axis=1).sum())

@@ -114,6 +114,7 @@ def kernel(samples: int = 4096, seconds: float = 3.0):
     overhead apart from the machine's load."""
     import resource
 
+    from rp_opt.cost import rank_demand_major, rank_major_view
     from rp_opt.packing import anneal
     from rp_opt.packing.improve import BlockSearch
     from rp_opt.packing.seeds import seed_layouts
@@ -125,8 +126,8 @@ def kernel(samples: int = 4096, seconds: float = 3.0):
     inst = window(samples)
     placement, _ = anneal.default_placement(inst.window, 8)
     rows, witness, _ = anneal.certified_rows(inst, 5.0)
-    major = anneal.rank_major_demand(inst.window, placement)
-    demand = major.reshape(samples, 8, -1).transpose(0, 2, 1)
+    major = rank_demand_major(inst.window, placement)
+    demand = rank_major_view(major, inst.window.num_layers)
     problem = anneal.make_problem(inst, major, rows, "sync")
     state = anneal.State(problem, 32)
     anneal.load_layouts(problem, state, range(32), [witness.cell_of] * 32)

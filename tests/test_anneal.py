@@ -246,27 +246,31 @@ def test_heuristic_time_limit_covers_the_plan():
     assert auto.seconds <= 1.5 * 1.25
 
 
-def test_rank_major_demand_bounds_and_plan_costs_match_the_cost_module():
-    """The heuristic's fast paths give the cost module's numbers: rank-major demand equals
-    rank_demand (a non-identity placement), analytic_bounds equals cost_bounds, and
-    plan_costs equals layout_costs on the ffd layout."""
-    from rp_opt.cost import cost_bounds
+def test_rank_major_demand_bounds_and_costs_match_the_cost_module():
+    """The heuristic's fast paths give the cost module's reference numbers: rank-major
+    demand (in chunks) equals the per-rank sums of a[i,l,e] (a non-identity placement),
+    cost_bounds from the precomputed load and tokens equals cost_bounds from a, and the
+    costs from the rank-major view equal those from block totals on the ffd layout."""
+    from rp_opt.cost import cost_bounds, rank_demand_major, rank_major_view
 
     inst = small(samples=40, seed=3)
     rng = np.random.default_rng(0)
     ranks = np.stack([rng.permutation(np.arange(8) // 2) for _ in range(4)])
     placement = Placement(ranks, 4)
-    major = anneal.rank_major_demand(inst.window, placement, chunk=7)
-    ref = rank_demand(inst.window, placement)
+    major = rank_demand_major(inst.window, placement, chunk=7)
+    demand = inst.window.demand.astype(np.int64)
+    ref = np.stack([(demand * (ranks[None] == p)).sum(axis=2) for p in range(4)], axis=2)
     np.testing.assert_array_equal(major.reshape(40, 4, 4).transpose(0, 2, 1), ref)
+    np.testing.assert_array_equal(rank_demand(inst.window, placement), ref)
+    view = rank_major_view(major, inst.window.num_layers)
     rows, _, _ = anneal.certified_rows(inst, 5.0)
-    fast = anneal.analytic_bounds(inst, rows, inst.window.expert_load(), major)
+    fast = cost_bounds(inst, rows, load=inst.window.expert_load(), tokens=view.sum(axis=2, dtype=np.int64))
     slow = cost_bounds(inst, rows)
     assert fast.attention_total == pytest.approx(slow.attention_total, rel=1e-12)
     assert fast.expert_total == slow.expert_total
     np.testing.assert_array_equal(fast.sample_expert, slow.sample_expert)
     lay = pack(inst, "ffd", rows)[0]
-    a, b = anneal.plan_costs(inst, lay, major), layout_costs(inst, placement, lay)
+    a, b = layout_costs(inst, placement, lay, view), layout_costs(inst, placement, lay)
     np.testing.assert_allclose(a.attention, b.attention, rtol=1e-12)
     np.testing.assert_array_equal(a.expert, b.expert)
     np.testing.assert_array_equal(a.rank_load, b.rank_load)

@@ -42,7 +42,7 @@ Deterministic for a seed and a worker count when stopped by temperature steps
 Time-limited runs
 -----------------
 Under a time limit the plan is: placement, R*, the rank-major demand
-(:func:`rank_major_demand`), the seeds (the ``blocks`` seed is the usual start), then the
+(:func:`rp_opt.cost.rank_demand_major`), the seeds (the ``blocks`` seed is the usual start), then the
 block-pair search (:mod:`.improve`, screened swaps; on two processes by row groups when a
 core is free); the anneal runs only to leave a local optimum of the search. Measured
 (scripts/bench_heuristic.py, N = 16 to 16384): per second the search lowers the energy
@@ -59,7 +59,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..cost import _AXIS, get_objective, rank_demand
+from ..cost import _AXIS, cost_bounds, get_objective, layout_costs, rank_demand_major, rank_major_view
 from ..errors import InputError, require
 from ..result import FEASIBLE, Plan
 from ..solution import Layout, Placement
@@ -132,7 +132,7 @@ def make_problem(instance: Instance, demand_by_rank: np.ndarray, num_rows: int, 
     objective = get_objective(objective)
     window, cluster, cost = instance.window, instance.cluster, instance.cost
     if demand_by_rank.ndim == 2:
-        # already rank-major flat [N, P*L] int32 (:func:`rank_major_demand`)
+        # already rank-major flat [N, P*L] int32 (:func:`rp_opt.cost.rank_demand_major`)
         n, num_layers, num_ranks = demand_by_rank.shape[0], window.num_layers, demand_by_rank.shape[1] // window.num_layers
         flat = np.ascontiguousarray(demand_by_rank, dtype=np.int32)
     else:
@@ -587,76 +587,6 @@ def certified_rows(instance: Instance, time_limit: float) -> tuple[int, Layout |
     return int(cert.r_star), cert.witness, {"rows_method": cert.bound_method, "rows_status": cert.status}
 
 
-def rank_major_demand(window, placement: Placement, chunk: int = 128) -> np.ndarray:
-    """[N, P*L] int32, rank-major: dem[i, p*L + l] = sum_{e: pi_l(e) = p} a[i,l,e].
-
-    The same numbers as :func:`rp_opt.cost.rank_demand` (transposed), about 5x faster: one
-    gather per chunk of samples orders every sample's a[i,l,e] as [E/P, P, L] (the j-th
-    expert of rank p of layer l), then a sum over the leading E/P axis adds contiguous
-    [P*L] rows (no short-axis reduction, no float conversion); chunks stay in cache.
-    """
-    n, num_layers, num_experts = window.demand.shape
-    num_ranks = placement.num_ranks
-    per_rank = num_experts // num_ranks
-    if window.demand.dtype.itemsize > 2 and int(window.demand.max(initial=0)) * per_rank >= 2 ** 31:
-        return np.ascontiguousarray(rank_demand(window, placement).transpose(0, 2, 1).reshape(n, -1))
-    experts = placement.experts_of_ranks().reshape(num_layers, num_ranks, per_rank)     # [L, P, E/P]
-    index = (np.arange(num_layers)[None, None, :] * num_experts + experts.transpose(2, 1, 0)).ravel()
-    flat = window.demand.reshape(n, num_layers * num_experts)
-    out = np.empty((n, num_ranks * num_layers), dtype=np.int32)
-    for start in range(0, n, chunk):
-        block = np.take(flat[start:start + chunk], index, axis=1).reshape(-1, per_rank, num_ranks * num_layers)
-        np.sum(block, axis=1, dtype=np.int32, out=out[start:start + chunk])
-    return out
-
-
-def analytic_bounds(instance: Instance, num_rows: int, load: np.ndarray, major: np.ndarray):
-    """``rp_opt.cost.cost_bounds(instance, num_rows)`` (placement-free) from the expert load
-    ``load`` [L, E] and the rank-major demand ``major`` [N, P*L] the heuristic already has,
-    without two more passes over a[i,l,e] for the load; same values."""
-    from ..cost import CostBounds, sample_attention
-
-    window, cluster, cost = instance.window, instance.cluster, instance.cost
-    num_ranks, num_layers = cluster.ep, window.num_layers
-    attention = sample_attention(window, cost)
-    expert_total = cost.gamma * float(np.maximum(load.max(axis=1), -(-load.sum(axis=1) // num_ranks)).sum())
-    # per sample and layer: max(largest expert count, ceil(tokens / P)); tokens = sum over ranks
-    n = window.num_samples
-    tokens = major.reshape(n, num_ranks, num_layers).sum(axis=1, dtype=np.int64)
-    widest = window.demand.max(axis=2)
-    sample_expert = cost.gamma * np.maximum(widest, -(-tokens // num_ranks)).sum(axis=1)
-    return CostBounds(cluster.edp / cluster.dp * float(attention.sum()), expert_total, attention,
-                      np.asarray(sample_expert, dtype=np.float64), int(num_rows), cluster.edp)
-
-
-def plan_costs(instance: Instance, layout: Layout, major: np.ndarray):
-    """:class:`rp_opt.cost.Costs` of ``layout`` from scratch (not the incremental state):
-    W by block sums of the rank-major demand, A by :func:`rp_opt.cost.attention_cost`."""
-    from ..cost import Costs, attention_cost
-
-    window, cluster = instance.window, instance.cluster
-    shards, rows = cluster.edp, layout.num_rows
-    num_layers = window.num_layers
-    num_ranks = major.shape[1] // num_layers
-    block = layout.row_of * shards + layout.slot_of // (cluster.dp // shards)
-    order = np.argsort(block, kind="stable")
-    starts = np.searchsorted(block[order], np.arange(rows * shards))
-    loads = np.add.reduceat(major[order].astype(np.int64), starts, axis=0)     # every block is non-empty
-    loads = loads.reshape(rows, shards, num_ranks, num_layers).transpose(0, 1, 3, 2).astype(np.float64)
-    expert = instance.cost.gamma * loads.max(axis=3).sum(axis=2)
-    return Costs(attention_cost(window, instance.cost, layout, shards), expert, loads)
-
-
-def fast_rank_demand(window, placement: Placement) -> np.ndarray:
-    """``rank_demand`` [N, L, P]; for the identity placement one reshape-sum over the
-    contiguous experts of each rank, otherwise :func:`rp_opt.cost.rank_demand`."""
-    n, num_layers, num_experts = window.demand.shape
-    per_rank = num_experts // placement.num_ranks
-    if np.array_equal(placement.ranks, np.broadcast_to(np.arange(num_experts) // per_rank, placement.ranks.shape)):
-        return window.demand.reshape(n, num_layers, placement.num_ranks, per_rank).sum(axis=3, dtype=np.int64)
-    return rank_demand(window, placement)
-
-
 def search_layout(problem: Problem, start: np.ndarray, *, deadline: float | None = None,
                   max_evaluations: int | None = None, seed: int = 0, cap: int | None = 16,
                   surrogate: float = 0.05, screen: int | None = None, workers: int = 1,
@@ -805,9 +735,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     timings["rows"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    major = rank_major_demand(window, placement)                       # [N, P*L] int32
-    # [N, L, P] view for the seeds and the bounds (no copy)
-    demand = major.reshape(window.num_samples, cluster.ep, window.num_layers).transpose(0, 2, 1)
+    major = rank_demand_major(window, placement)                       # [N, P*L] int32
+    demand = rank_major_view(major, window.num_layers)                 # [N, L, P] view, no copy
     timings["rank_demand"] = time.perf_counter() - t
     t = time.perf_counter()
     rules = options.get("seeds")
@@ -922,8 +851,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     chosen = "search" if do_search and best_energy < anneal_energy else "anneal"
     # the exact tuple decides against the warm start (never return worse than it)
     if warm_layout is not None:
-        value = objective.evaluate(plan_costs(instance, layout, major))
-        start_value = objective.evaluate(plan_costs(instance, warm_layout, major))
+        value = objective.evaluate(layout_costs(instance, placement, layout, demand))
+        start_value = objective.evaluate(layout_costs(instance, placement, warm_layout, demand))
         stats["warm_start_score"] = list(start_value)
         if start_value < value:
             layout, chosen = warm_layout, "warm_start"
@@ -937,7 +866,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     stats.update(bound_stats)
     stats["timings"] = timings
     # what plan_result does, without recomputing the analytic bounds (one pass over a[i,l,e])
-    value = objective.evaluate(plan_costs(instance, layout, major))
+    value = objective.evaluate(layout_costs(instance, placement, layout, demand))
     stats["primary_proven"] = bool(stats["lower_bound"] >= value[0] * (1 - 1e-9))
     timings["score"] = time.perf_counter() - t
     result = Result(FEASIBLE, Plan(placement, layout, objective.name, value, stats), value, stats["lower_bound"],
@@ -960,8 +889,6 @@ def strong_bounds(instance: Instance, num_rows: int, load: np.ndarray | None = N
     max(max_e load, sum_e load / P)), since sum_{r,g} max_p W[r,g,l,p] >= max_p L[l,p]
     (Eq. 4) holds for whatever placement the plan uses."""
     from dataclasses import replace
-
-    from ..cost import cost_bounds
 
     base = cost_bounds(instance, num_rows) if base is None else base
     try:
@@ -988,11 +915,9 @@ def report_bounds(instance: Instance, placement: Placement, num_rows: int, objec
 
     out: dict = {}
     objective = get_objective(objective)
-    from ..cost import cost_bounds
     if load is not None and demand_by_rank.ndim == 3 and demand_by_rank.strides[1] < demand_by_rank.strides[2]:
         # the rank-major demand's [N, L, P] view: the bounds from it and the load (no pass over a)
-        n, num_layers, num_ranks = demand_by_rank.shape
-        analytic = analytic_bounds(instance, num_rows, load, demand_by_rank.transpose(0, 2, 1).reshape(n, -1))
+        analytic = cost_bounds(instance, num_rows, load=load, tokens=demand_by_rank.sum(axis=2, dtype=np.int64))
     else:
         analytic = cost_bounds(instance, num_rows)
     strong = strong_bounds(instance, num_rows, load, analytic)
@@ -1019,8 +944,7 @@ def baseline_score(instance: Instance, num_rows: int, objective, ffd: Layout | N
     try:
         layout = ffd if ffd is not None else pack(instance, "ffd", num_rows)[0]
         identity = Placement.identity(instance.window.num_layers, instance.window.num_experts, instance.cluster.ep)
-        out["baseline_score"] = list(full_score(instance, identity, layout, objective,
-                                                fast_rank_demand(instance.window, identity)))
+        out["baseline_score"] = list(full_score(instance, identity, layout, objective))
         out["baseline_rows"] = layout.num_rows
     except InputError as exc:
         out["baseline_error"] = str(exc)
