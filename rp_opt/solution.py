@@ -13,12 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import InputError, require
-
-
-def _frozen(array: np.ndarray) -> np.ndarray:
-    array = np.ascontiguousarray(array)
-    array.setflags(write=False)
-    return array
+from .window import _frozen
 
 
 @dataclass(frozen=True)

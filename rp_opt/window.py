@@ -15,6 +15,7 @@ from .errors import InputError, require
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
+    """A contiguous read-only copy (or view) of ``array``: problem data never changes."""
     array = np.ascontiguousarray(array)
     array.setflags(write=False)
     return array
