@@ -691,6 +691,12 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     ``num_rows``, ``search`` (default True), ``search_cap`` (at most that many samples of a
     block per evaluation, default None: whole blocks), ``search_screen`` (swaps evaluated
     exactly per block pair after the lower-bound screen, default 32; None: all),
+    ``refine`` (after the search, refine the placement for the layout,
+    :mod:`rp_opt.placement.refine`, and search again under it; kept only when the exact
+    energy falls; default on from a 10-s limit when the placement is not given),
+    ``refine_share`` (share of the packing time for it, 0.4), ``refine_rounds`` (1),
+    ``refine_sweeps`` (swap sweeps with a fixed schedule, 20), ``refine_primary`` (extra
+    weight of the blocks that decide the primary, 0),
     ``search_workers`` (processes of the block search; default: ``workers`` with
     ``temperatures`` or when the 1-min load average leaves a core free, else 1), ``surrogate`` (0.05), ``reserve`` (seconds
     kept for the final scoring, default 0.04 * time_limit).
@@ -799,6 +805,16 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
             stop = stop | NoImprovement(int(options["no_improvement"]))
     skip_anneal = share == 0.0
     deadline = None if deterministic else started + time_limit - reserve
+    # placement refinement for the found layout, then more search (``refine``, default on
+    # when a placement was not given): gets ``refine_share`` of the packing time at the end
+    # measured on the N = 4096 ling-flash-like window (docs/benchmarks.md): at 5 s the time
+    # it takes from the search costs what it gains; at 20 s it lowers the primary by ~0.2 %
+    default_refine = time_limit >= 10.0 and stats.get("placement") not in ("given", "warm start")
+    do_refine = bool(options.get("refine", default_refine)) and do_search
+    refine_share = float(options.get("refine_share", 0.4))
+    final_deadline = deadline
+    if do_refine and deadline is not None:
+        deadline = deadline - refine_share * remaining
     timings["anneal"] = timings["search"] = 0.0
     search_stats: dict = {}
     best, best_energy, seed_energy, anneal_energy, rounds = None, np.inf, None, None, 0
@@ -846,6 +862,32 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         stop = MaxSeconds(run_limit)
     stats["rounds"] = rounds
 
+    refine_rounds, stats["refine"], timings["refine"] = 0, [], 0.0
+    while do_refine:
+        # rounds of (refine the placement for the layout, search the layout again) until the
+        # time is up, a round is not adopted, or (fixed schedule) ``refine_rounds`` rounds
+        t = time.perf_counter()
+        left = None if final_deadline is None else final_deadline - t
+        end = None if left is None else t + left / max(1, int(options.get("refine_rounds", 1)) - refine_rounds)
+        refined = _refine_round(instance, objective, placement, problem, best, best_energy, end,
+                                seed=int(seed) + refine_rounds, deterministic=deterministic, options=options,
+                                search_workers=int(search_workers))
+        refine_rounds += 1
+        timings["refine"] += time.perf_counter() - t
+        stats["refine"].append(refined["stats"])
+        if refined.get("adopted"):
+            placement, major, problem = refined["placement"], refined["major"], refined["problem"]
+            demand = rank_major_view(major, window.num_layers)
+            best, best_energy = refined["layout"], refined["energy"]
+            if not stats["placement"].endswith("refined for the layout"):
+                stats["placement"] = f"{stats.get('placement')} + refined for the layout"
+            bound_stats = report_bounds(instance, placement, num_rows, objective, demand, baseline=False, load=load)
+            bound_stats.pop("analytic_bounds")
+        now = time.perf_counter()
+        if (not refined.get("adopted") or refine_rounds >= int(options.get("refine_rounds", 1))
+                or (final_deadline is not None and final_deadline - now < 0.05 * time_limit)):
+            break
+
     t = time.perf_counter()
     layout = Layout(best, num_rows, cluster.dp)
     chosen = "search" if do_search and best_energy < anneal_energy else "anneal"
@@ -880,6 +922,54 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
             result.stats["improvement"] = (base["baseline_score"][0] - result.score[0]) / base["baseline_score"][0]
         result.stats["report_seconds"] = time.perf_counter() - t
     return result
+
+
+def _refine_round(instance: Instance, objective, placement: Placement, problem: Problem, best: np.ndarray,
+                  best_energy: float, deadline: float | None, *, seed: int, deterministic: bool, options: dict,
+                  search_workers: int) -> dict:
+    """Refine the placement for the layout ``best`` (:func:`rp_opt.placement.refine.refine_placement`
+    on the energy plus the total expert cost sum_b X_b, which credits moves that do not yet
+    lower the primary), then search the layout again under the new placement. The new plan
+    is adopted only when its exact energy is lower."""
+    from ..cost import block_sums
+    from ..placement.refine import refine_placement
+
+    window, cluster = instance.window, instance.cluster
+    out: dict = {"stats": {}}
+    layout = Layout(best, problem.rows, cluster.dp)
+    block_demand = block_sums(layout, window.demand, cluster.edp)                     # [B, L, E]
+    costs = layout_costs(instance, placement, layout, rank_major_view(problem.demand, window.num_layers))
+    attention, expert = costs.attention.reshape(1, -1), costs.expert.reshape(1, -1)
+    # block weights: 1 (the total expert cost) plus ``refine_primary`` times the energy's
+    # slope in X_b (the blocks that decide the primary; finite differences, one batch)
+    step = 1e-3 * max(float(expert.max()), 1.0)
+    bumped = expert + step * np.eye(expert.shape[1])
+    slope = (problem.energy(np.repeat(attention, expert.shape[1], axis=0), bumped)
+             - problem.energy(attention, expert)[0]) / step
+    weights = 1.0 + float(options.get("refine_primary", 0.0)) * np.maximum(slope, 0.0)
+    now = time.perf_counter()
+    if deterministic:
+        limit, sweeps = np.inf, int(options.get("refine_sweeps", 20))
+    else:
+        limit, sweeps = max(0.0, 0.5 * (deadline - now)), None
+    new_place, rstats = refine_placement(placement, block_demand, weights=weights, time_limit=limit, seed=seed,
+                                         max_sweeps=sweeps)
+    out["stats"] = {"swaps": rstats.swaps, "candidates": rstats.candidates, "sweeps": rstats.sweeps,
+                    "seconds": rstats.seconds}
+    if rstats.swaps == 0:
+        return out
+    major = rank_demand_major(window, new_place)
+    new_problem = make_problem(instance, major, problem.rows, objective)
+    evals = int(options.get("search_evaluations", 200)) if deterministic else options.get("search_evaluations")
+    found, energy, search_stats = search_layout(
+        new_problem, best, deadline=deadline, max_evaluations=evals, seed=seed + 7919,
+        cap=options.get("search_cap"), surrogate=float(options.get("surrogate", 0.05)),
+        screen=options.get("search_screen", 32), workers=search_workers)
+    out["stats"].update(energy_before=best_energy, energy_after=energy, search=search_stats)
+    if energy < best_energy:
+        out.update(adopted=True, placement=new_place, major=major, problem=new_problem, layout=found, energy=energy)
+    out["stats"]["adopted"] = bool(out.get("adopted"))
+    return out
 
 
 def strong_bounds(instance: Instance, num_rows: int, load: np.ndarray | None = None, base=None):
