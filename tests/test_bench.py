@@ -213,6 +213,17 @@ def test_bench_scaling_script(tmp_path, capsys):
     assert all(p["valid"] and p["seconds"] > 0 for p in data["points"])
 
 
+def test_bench_refine_script(capsys):
+    """scripts/bench_refine.py on a 96-sample window, 1 s per run: both runs checked and
+    reported, the refine round's swaps counted."""
+    assert load_script("bench_refine").main(["--samples", "96", "--dp", "8", "--edp", "2", "--ep", "8",
+                                            "--limits", "1", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["refine"] for r in rows] == [False, True]
+    assert all(r["primary"] >= r["bound"] > 0 for r in rows)
+    assert rows[0]["swaps"] == 0
+
+
 @pytest.mark.parametrize("name", ["question_objective", "question_replay_lag", "question_control",
                                   "question_sensitivity"])
 def test_question_scripts(name, tmp_path, capsys):
