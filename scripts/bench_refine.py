@@ -32,6 +32,8 @@ def main(argv=None) -> int:
     ap.add_argument("--limits", type=float, nargs="+", default=[5.0, 20.0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--objective", default="sync")
+    ap.add_argument("--search-workers", type=int, default=2,
+                    help="processes of the block search (fixed: by default the heuristic picks 1 or 2 from the load)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.window:
@@ -48,7 +50,8 @@ def main(argv=None) -> int:
             for refine in (False, True):
                 t0 = time.perf_counter()
                 res = get_solver("heuristic")(inst, objective=args.objective, time_limit=limit, seed=seed,
-                                              refine=refine, report_baseline=False)
+                                              refine=refine, report_baseline=False,
+                                              search_workers=args.search_workers)
                 seconds = time.perf_counter() - t0
                 assert check(inst, res.plan).valid
                 rounds = res.stats.get("refine") or []

@@ -695,8 +695,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     :mod:`rp_opt.placement.refine`, and search again under it; kept only when the exact
     energy falls; default on from a 10-s limit when the placement is not given),
     ``refine_share`` (share of the packing time for it, 0.4), ``refine_rounds`` (1),
-    ``refine_sweeps`` (swap sweeps with a fixed schedule, 20), ``refine_primary`` (extra
-    weight of the blocks that decide the primary, 0),
+    ``refine_sweeps`` (swap sweeps with a fixed schedule, 20),
     ``search_workers`` (processes of the block search; default: ``workers`` with
     ``temperatures`` or when the 1-min load average leaves a core free, else 1), ``surrogate`` (0.05), ``reserve`` (seconds
     kept for the final scoring, default 0.04 * time_limit).
@@ -924,41 +923,38 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     return result
 
 
-def _refine_round(instance: Instance, objective, placement: Placement, problem: Problem, best: np.ndarray,
-                  best_energy: float, deadline: float | None, *, seed: int, deterministic: bool, options: dict,
-                  search_workers: int) -> dict:
-    """Refine the placement for the layout ``best`` (:func:`rp_opt.placement.refine.refine_placement`
-    on the energy plus the total expert cost sum_b X_b, which credits moves that do not yet
-    lower the primary), then search the layout again under the new placement. The new plan
-    is adopted only when its exact energy is lower."""
+def _refined_placement(instance: Instance, placement: Placement, num_rows: int, cell_of: np.ndarray, *,
+                       time_limit: float, sweeps: int | None, seed: int):
+    """:func:`rp_opt.placement.refine.refine_placement` for the blocks of the layout ``cell_of``
+    (weights 1: the total expert cost sum_b X_b, which also credits swaps that do not yet
+    lower the primary)."""
     from ..cost import block_sums
     from ..placement.refine import refine_placement
 
-    window, cluster = instance.window, instance.cluster
+    cluster = instance.cluster
+    layout = Layout(np.asarray(cell_of, dtype=np.int64), num_rows, cluster.dp)
+    block_demand = block_sums(layout, instance.window.demand, cluster.edp)             # [B, L, E]
+    return refine_placement(placement, block_demand, time_limit=time_limit, seed=seed, max_sweeps=sweeps)
+
+
+def _refine_round(instance: Instance, objective, placement: Placement, problem: Problem, best: np.ndarray,
+                  best_energy: float, deadline: float | None, *, seed: int, deterministic: bool, options: dict,
+                  search_workers: int) -> dict:
+    """Refine the placement for the layout ``best`` (:func:`_refined_placement`, half the time
+    to ``deadline``), then search the layout again under the new placement. The new plan is
+    adopted only when its exact energy is lower."""
     out: dict = {"stats": {}}
-    layout = Layout(best, problem.rows, cluster.dp)
-    block_demand = block_sums(layout, window.demand, cluster.edp)                     # [B, L, E]
-    costs = layout_costs(instance, placement, layout, rank_major_view(problem.demand, window.num_layers))
-    attention, expert = costs.attention.reshape(1, -1), costs.expert.reshape(1, -1)
-    # block weights: 1 (the total expert cost) plus ``refine_primary`` times the energy's
-    # slope in X_b (the blocks that decide the primary; finite differences, one batch)
-    step = 1e-3 * max(float(expert.max()), 1.0)
-    bumped = expert + step * np.eye(expert.shape[1])
-    slope = (problem.energy(np.repeat(attention, expert.shape[1], axis=0), bumped)
-             - problem.energy(attention, expert)[0]) / step
-    weights = 1.0 + float(options.get("refine_primary", 0.0)) * np.maximum(slope, 0.0)
-    now = time.perf_counter()
     if deterministic:
         limit, sweeps = np.inf, int(options.get("refine_sweeps", 20))
     else:
-        limit, sweeps = max(0.0, 0.5 * (deadline - now)), None
-    new_place, rstats = refine_placement(placement, block_demand, weights=weights, time_limit=limit, seed=seed,
-                                         max_sweeps=sweeps)
+        limit, sweeps = max(0.0, 0.5 * (deadline - time.perf_counter())), None
+    new_place, rstats = _refined_placement(instance, placement, problem.rows, best, time_limit=limit, sweeps=sweeps,
+                                           seed=seed)
     out["stats"] = {"swaps": rstats.swaps, "candidates": rstats.candidates, "sweeps": rstats.sweeps,
                     "seconds": rstats.seconds}
     if rstats.swaps == 0:
         return out
-    major = rank_demand_major(window, new_place)
+    major = rank_demand_major(instance.window, new_place)
     new_problem = make_problem(instance, major, problem.rows, objective)
     evals = int(options.get("search_evaluations", 200)) if deterministic else options.get("search_evaluations")
     found, energy, search_stats = search_layout(
