@@ -55,6 +55,23 @@ def test_unknown_solver_and_objective(capsys):
     assert "objective: unknown objective 'fast'" in capsys.readouterr().err
 
 
+def test_plan_solver_options(capsys):
+    """``--option KEY=VALUE`` reaches the solver (values read as JSON); an unknown option
+    or a malformed one is a one-line input error naming it (exit 2)."""
+    assert main(["plan", "--solver", "heuristic", "--time-limit", "3", "--option", "refine=true",
+                 "--option", "refine_sweeps=3", "--option", "temperatures=2", "--option", "replicas=4",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["valid"] and len(out["stats"]["refine"]) == 1 and "swaps" in out["stats"]["refine"][0]
+    assert main(["plan", "--solver", "heuristic", "--option", "refin=true"]) == 2
+    err = capsys.readouterr().err
+    assert "options: unknown option(s) ['refin']" in err and len(err.strip().splitlines()) == 1
+    assert main(["plan", "--solver", "baseline", "--option", "replicas=4"]) == 2
+    assert "unknown option(s) ['replicas']" in capsys.readouterr().err
+    assert main(["plan", "--option", "noequals"]) == 2
+    assert "--option: must be KEY=VALUE" in capsys.readouterr().err
+
+
 def test_json_stdout_is_clean_when_highs_runs():
     """HiGHS prints a banner on stdout when first used; with --json it must go to stderr.
     Scholl N1C3W2_H needs HiGHS' exact decision (LP bound 22, optimum 23)."""

@@ -22,8 +22,30 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warm-start", metavar="PLAN.json", help="start from this plan")
     p.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan file")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a solver option (repeatable), e.g. refine=true for heuristic, backend=highs for "
+                        "exact; VALUE is read as JSON when it parses (numbers, true/false, lists), else as text")
     add_json(p)
     p.set_defaults(run=run)
+
+
+def parse_options(items: list[str]) -> dict:
+    """``["refine=true", "replicas=16"]`` -> ``{"refine": True, "replicas": 16}``."""
+    import json
+
+    from ..errors import InputError
+
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError("--option", f"must be KEY=VALUE, got {item!r}")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        out[key.strip()] = value
+    return out
 
 
 def run(args) -> int:
@@ -38,7 +60,9 @@ def run(args) -> int:
     solver = get_solver(args.solver)
     warm = load_plan(args.warm_start, instance) if args.warm_start else None
     log.info("planning %s with %s (%s, limit %.1f s)", path, args.solver, args.objective, args.time_limit)
-    result = solver(instance, objective=args.objective, time_limit=args.time_limit, seed=args.seed, warm_start=warm)
+    options = parse_options(args.option)
+    result = solver(instance, objective=args.objective, time_limit=args.time_limit, seed=args.seed, warm_start=warm,
+                    **options)
     out = result.to_dict()
     out["file"] = path
     if result.plan is not None:

@@ -668,6 +668,14 @@ def search_layout(problem: Problem, start: np.ndarray, *, deadline: float | None
     return layout, energy, out
 
 
+HEURISTIC_OPTIONS = frozenset({
+    "anneal_share", "candidates", "no_improvement", "num_rows", "refine", "refine_rounds", "refine_share",
+    "refine_sweeps", "replicas", "report_baseline", "reserve", "search", "search_cap", "search_evaluations",
+    "search_screen", "search_workers", "seeds", "steps_per_temperature", "surrogate", "temperatures",
+    "trust_warm_rows"})
+"""Option names :func:`heuristic` accepts (any other is an input error)."""
+
+
 @register_solver("heuristic", "LPT placement + diverse seeds + population annealing + block-pair search")
 def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed: int = 0, warm_start=None,
               placement: Placement | None = None, workers: int | None = None, **options):
@@ -704,6 +712,9 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     from .seeds import greedy_seconds, layout_violation, seed_layouts
 
     started = time.perf_counter()
+    unknown = sorted(set(options) - HEURISTIC_OPTIONS)
+    require(not unknown, "options", f"unknown option(s) {unknown} for solver heuristic; known: "
+            f"{', '.join(sorted(HEURISTIC_OPTIONS))}")
     objective = get_objective(objective)
     window, cluster = instance.window, instance.cluster
     time_limit = 5.0 if time_limit is None else float(time_limit)

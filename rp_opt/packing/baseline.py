@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, require
 from ..result import FEASIBLE
 from ..solution import Layout, Placement
 from ..solvers import plan_result, register_solver
@@ -175,6 +175,8 @@ def pack(instance: Instance, rule: str = "ffd", num_rows: int | None = None) -> 
 def _baseline_solver(placement_rule: str, packing_rule: str):
     def solve(instance: Instance, *, objective="sync", time_limit=None, seed=0, warm_start=None, **options):
         start = time.perf_counter()
+        unknown = sorted(set(options) - {"num_rows"})
+        require(not unknown, "options", f"unknown option(s) {unknown} for this baseline; known: num_rows")
         window, cluster = instance.window, instance.cluster
         if placement_rule == "lpt":
             from ..placement import lpt_placement
