@@ -75,24 +75,33 @@ def pair_delta(problem: Problem, attention: np.ndarray, expert: np.ndarray, b1: 
         group_val = mg.sum(axis=1) if inner == "sum" else mg.max(axis=1)
 
         def group_new(g, drop, values):
-            rest = np.delete(mg[g], drop)
+            # the group's value with the entries ``drop`` replaced by ``values`` (masking, not
+            # np.delete: this runs for every evaluated block pair)
             if inner == "sum":
-                return rest.sum() + sum(values)
+                return float(mg[g].sum() - mg[g][drop].sum()) + sum(values)
             out = values[0]
             for v in values[1:]:
                 out = np.maximum(out, v)
-            return np.maximum(out, rest.max()) if rest.size else out
+            if mg.shape[1] > len(drop):
+                row = mg[g].copy()
+                row[drop] = -np.inf
+                out = np.maximum(out, row.max())
+            return out
 
         if g1 == g2:
             changed, news = [g1], [group_new(g1, [q1, q2], [v1, v2])]
         else:
             changed, news = [g1, g2], [group_new(g1, [q1], [v1]), group_new(g2, [q2], [v2])]
-        others = np.delete(group_val, changed)
         old = group_val[changed]
         if outer == "sum":
             delta = sum(news) - old.sum()
         else:
-            base = others.max() if others.size else -np.inf
+            if group_val.size > len(changed):
+                rest = group_val.copy()
+                rest[changed] = -np.inf
+                base = rest.max()
+            else:
+                base = -np.inf
             new = news[0] if len(news) == 1 else np.maximum(news[0], news[1])
             delta = np.maximum(new, base) - max(float(old.max()), base)
         total += coef * delta
