@@ -701,7 +701,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     exactly per block pair after the lower-bound screen, default 32; None: all),
     ``refine`` (after the search, refine the placement for the layout,
     :mod:`rp_opt.placement.refine`, and search again under it; kept only when the exact
-    energy falls; default on from a 10-s limit when the placement is not given),
+    energy falls; default on when the placement is not given),
     ``refine_share`` (share of the packing time for it, 0.4), ``refine_rounds`` (1),
     ``refine_sweeps`` (swap sweeps with a fixed schedule, 20),
     ``search_workers`` (processes of the block search; default: ``workers`` with
@@ -817,9 +817,9 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     deadline = None if deterministic else started + time_limit - reserve
     # placement refinement for the found layout, then more search (``refine``, default on
     # when a placement was not given): gets ``refine_share`` of the packing time at the end
-    # measured on the N = 4096 ling-flash-like window (docs/benchmarks.md): at 5 s the time
-    # it takes from the search costs what it gains; at 20 s it lowers the primary by ~0.2 %
-    default_refine = time_limit >= 10.0 and stats.get("placement") not in ("given", "warm start")
+    # measured on the N = 4096 ling-flash-like window (docs/benchmarks.md): -0.03 to -0.12 %
+    # of the bound at 5 s, about -0.2 % at 20 s; off when the caller fixed the placement
+    default_refine = stats.get("placement") not in ("given", "warm start")
     do_refine = bool(options.get("refine", default_refine)) and do_search
     refine_share = float(options.get("refine_share", 0.4))
     final_deadline = deadline

@@ -64,7 +64,7 @@ def _top3(loads: np.ndarray):
 
 def refine_placement(placement: Placement, block_demand: np.ndarray, *, weights: np.ndarray | None = None,
                      time_limit: float = 1.0, candidates: int = 256, seed: int = 0,
-                     max_sweeps: int | None = None) -> tuple[Placement, RefineStats]:
+                     max_sweeps: int | None = None, per_layer: int = 8) -> tuple[Placement, RefineStats]:
     """Swap experts between ranks while sum_b w_b sum_l max_p W[b,l,p] falls.
 
     The objective is separable by layer, so every sweep evaluates a batch of candidate
@@ -92,6 +92,9 @@ def refine_placement(placement: Placement, block_demand: np.ndarray, *, weights:
     max_sweeps
         Stop after this many sweeps (default: the time limit, or 3 sweeps in a row with no
         kept swap).
+    per_layer
+        Swaps kept per layer per sweep at most: the best candidate, then the next ones (on
+        other experts) whose gain, re-scored after the swaps already made, is still positive.
 
     Returns
     -------
@@ -128,16 +131,30 @@ def refine_placement(placement: Placement, block_demand: np.ndarray, *, weights:
         gain = _swap_gains(loads, demand, e1, e2, p1, p2, w_b)                       # [L, C]
         gain[p1 == p2] = -np.inf
         evaluated += num_layers * candidates
-        c = np.argmax(gain, axis=1)
         kept = 0
-        for l in np.flatnonzero(gain[np.arange(num_layers), c] > 1e-9):
-            x1, x2 = int(e1[l, c[l]]), int(e2[l, c[l]])
-            q1, q2 = int(ranks[l, x1]), int(ranks[l, x2])
-            d = demand[l, :, x2] - demand[l, :, x1]
-            loads[l, :, q1] += d
-            loads[l, :, q2] -= d
-            ranks[l, x1], ranks[l, x2] = q2, q1
-            kept += 1
+        order = np.argsort(-gain, axis=1)[:, :per_layer]
+        for l in np.flatnonzero(gain[np.arange(num_layers), order[:, 0]] > 1e-9):
+            used: set = set()
+            for j, c in enumerate(order[l]):
+                if gain[l, c] <= 1e-9:
+                    break
+                x1, x2 = int(e1[l, c]), int(e2[l, c])
+                if x1 in used or x2 in used:
+                    continue
+                q1, q2 = int(ranks[l, x1]), int(ranks[l, x2])
+                d = demand[l, :, x2] - demand[l, :, x1]
+                if j:
+                    # later candidates were scored before the swaps just made: re-score exactly
+                    new = loads[l].copy()
+                    new[:, q1] += d
+                    new[:, q2] -= d
+                    if float(((loads[l].max(axis=1) - new.max(axis=1)) * w_b).sum()) <= 1e-9:
+                        continue
+                loads[l, :, q1] += d
+                loads[l, :, q2] -= d
+                ranks[l, x1], ranks[l, x2] = q2, q1
+                used.update((x1, x2))
+                kept += 1
         swaps += kept
         sweeps += 1
         idle = 0 if kept else idle + 1
