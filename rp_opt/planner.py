@@ -217,6 +217,8 @@ class Planner:
         self.mode = mode
         require(not (keep_placement and (MODES.get(mode, (mode,))[0] in _FIXED_PLACEMENT)), "keep_placement",
                 f"mode {mode!r} chooses its own placement; use heuristic, exact or auto")
+        require(not (keep_placement and self.solver_options.get("refine")), "solver_options",
+                "refine=True changes the placement, keep_placement=True keeps it: choose one")
         self._cost_by_layers: dict[int, CostModel] = {}
         self._current = current_placement
         self._previous: Plan | None = None

@@ -93,6 +93,25 @@ def test_keep_placement_plans_packing_only():
         Planner(cluster, COST, mode="baseline", keep_placement=True)
 
 
+def test_refine_through_solver_options():
+    """The heuristic's refine round: on the first step the heuristic picks the placement and
+    refines it (its default); from the second step the planner hands it a placement seed,
+    so refine runs only with solver_options={"refine": True}. Steps are checked; refine
+    with keep_placement is a one-line contradiction."""
+    cluster = Cluster(dp=2, edp=1, ep=2, capacity=64)
+    runs = {}
+    for refine in (None, True):
+        options = {} if refine is None else {"refine": True}
+        planner = Planner(cluster, COST, mode="heuristic", time_limit=1.0, seed=2, solver_options=options)
+        steps = [planner.plan(routing=routing_of(seed), num_experts=8) for seed in (4, 5)]
+        for step in steps:
+            checked(step)
+        runs[refine] = [len(step.result.stats["refine"]) for step in steps]
+    assert runs == {None: [1, 0], True: [1, 1]}
+    with pytest.raises(InputError, match=r"^solver_options: refine=True changes the placement"):
+        Planner(cluster, COST, mode="heuristic", keep_placement=True, solver_options={"refine": True})
+
+
 def test_seed_placement_is_no_worse_than_either_start():
     from rp_opt.placement import layer_rank_loads, local_search_placement
     from rp_opt.replay import demand_from_samples
