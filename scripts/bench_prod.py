@@ -8,10 +8,13 @@ Plans (all at R = R*, scored under --objective, every plan checked by rp_opt.che
     identity + kk       solver kk (verl's Karmarkar-Karp workload balancing)
     LPT + ffd           solver lpt-ffd
     LPT + heuristic     solver heuristic with the LPT placement
+    heuristic+refine    solver heuristic choosing its placement (LPT + local search, then
+                        refined for the found blocks: the heuristic's ``refine`` round)
     LPT + exact         solver exact with the LPT placement, only where N <= --exact-max-samples
 
 Gain split (percent of the identity + ffd cost): placement = ffd under identity -> ffd
-under LPT; packing = LPT + ffd -> LPT + heuristic.
+under LPT; packing = LPT + ffd -> LPT + heuristic; refine = LPT + heuristic ->
+heuristic+refine (placement refined for the blocks, then more search).
 
     python scripts/bench_prod.py --time-limit 30 --out docs/bench          # production suite
     python scripts/bench_prod.py --quick                                    # seconds (CI)
@@ -38,6 +41,7 @@ RUNS = (  # label, solver, placement
     ("identity+kk", "kk", None),
     ("LPT+ffd", "lpt-ffd", None),
     ("LPT+heuristic", "heuristic", "lpt"),
+    ("heuristic+refine", "heuristic", None),
     ("LPT+exact", "exact", "lpt"),
 )
 
@@ -68,7 +72,9 @@ def build_tables(records: list[dict]) -> dict:
                    if cost("LPT+heuristic") is not None and cost("LPT+ffd") is not None and base else None)
         kk = -pct(cost("identity+kk"), base) if cost("identity+kk") is not None and base else None
         total = None if placement is None or packing is None else placement + packing
-        split_rows.append([name, kk, placement, packing, total])
+        refine = (100.0 * (cost("LPT+heuristic") - cost("heuristic+refine")) / base
+                  if cost("LPT+heuristic") is not None and cost("heuristic+refine") is not None and base else None)
+        split_rows.append([name, kk, placement, packing, total, refine])
         time_rows.append([name, first.get("build_seconds")] + [
             (runs[l]["seconds"] if l in runs and runs[l].get("seconds") is not None else None) for l in labels])
     return {
@@ -76,7 +82,7 @@ def build_tables(records: list[dict]) -> dict:
             ["instance", "model", "N", "L", "E", "R*"] + labels, cost_rows),
         "Gain split (% of the identity+ffd cost)": (
             ["instance", "identity+kk vs ffd", "placement (id->LPT, ffd)", "packing (ffd->heuristic, LPT)",
-             "placement+packing"], split_rows),
+             "placement+packing", "refine (LPT+heuristic -> heuristic+refine)"], split_rows),
         "Seconds (window generation, then each plan)": (["instance", "generate"] + labels, time_rows),
     }
 

@@ -199,7 +199,7 @@ def test_bench_prod_script(tmp_path, capsys):
     assert "Gain split" in text and "LPT+heuristic" in text
     data = json.loads((out / "prod_tiny.json").read_text())
     labels = {r["solver"] for r in data["records"]}
-    assert labels == {"identity+ffd", "identity+kk", "LPT+ffd", "LPT+heuristic", "LPT+exact"}
+    assert labels == {"identity+ffd", "identity+kk", "LPT+ffd", "LPT+heuristic", "heuristic+refine", "LPT+exact"}
     assert all(r["valid"] for r in data["records"])
     if importlib.util.find_spec("matplotlib"):
         assert list((out / "img").glob("heatmap_*.png"))
