@@ -113,7 +113,6 @@ def refine_placement(placement: Placement, block_demand: np.ndarray, *, weights:
     onehot[np.arange(num_layers)[:, None], np.arange(num_experts)[None, :], ranks] = 1
     loads = np.einsum("lbe,lep->lbp", demand, onehot)                                # [L, B, P]
     before = float((loads.max(axis=2) * w_b).sum())
-    layers = np.arange(num_layers)[:, None]
     swaps = evaluated = sweeps = idle = 0
     deadline = t0 + time_limit
     while time.perf_counter() < deadline and (max_sweeps is None or sweeps < max_sweeps) and idle < 3:
