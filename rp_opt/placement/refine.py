@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..cost import expert_rank_sums
 from ..solution import Placement
 
 log = logging.getLogger("rp_opt")
@@ -109,9 +110,8 @@ def refine_placement(placement: Placement, block_demand: np.ndarray, *, weights:
     w_b = np.ones(num_blocks) if weights is None else np.asarray(weights, dtype=np.float64)
     demand = np.ascontiguousarray(block_demand.transpose(1, 0, 2), dtype=np.int64)   # [L, B, E]
     # W[l, b, p] = sum_{e : pi_l(e) = p} a[b, l, e]
-    onehot = np.zeros((num_layers, num_experts, num_ranks), dtype=np.int64)
-    onehot[np.arange(num_layers)[:, None], np.arange(num_experts)[None, :], ranks] = 1
-    loads = np.einsum("lbe,lep->lbp", demand, onehot)                                # [L, B, P]
+    by_rank = expert_rank_sums(np.asarray(block_demand, dtype=np.int64), placement)   # [B, L, P]
+    loads = np.ascontiguousarray(by_rank.transpose(1, 0, 2))                           # [L, B, P]
     before = float((loads.max(axis=2) * w_b).sum())
     swaps = evaluated = sweeps = idle = 0
     deadline = t0 + time_limit
