@@ -379,69 +379,6 @@ class BlockSearch:
         stats.seconds += time.perf_counter() - started
         return stats
 
-    def potentials(self, blocks=None) -> np.ndarray:
-        """[len(blocks), nb] what an exchange between two blocks could gain at most in
-        expert cost if it split their union evenly: X[a] + X[b] - X(W[a] + W[b]) / 2 ... i.e.
-        gamma sum_l (max_p W[a] + max_p W[b] - 2 max_p (W[a] + W[b]) / 2) >= 0; large when
-        the two blocks' rank peaks fall on different ranks (complementary routing). For the
-        rows of ``sync`` it adds |J[a] - J[b]| / 2 for two blocks of one row when either
-        holds the row's maximum (what a perfect exchange would shave off the row)."""
-        p, st = self.p, self.state
-        nb = p.num_pairs
-        blocks = np.arange(nb) if blocks is None else np.asarray(blocks)
-        loads = st.loads[0]
-        shape = (p.num_ranks, p.num_layers)
-        merged = (loads[blocks][:, None, :] + loads[None, :, :]).reshape(blocks.size, nb, *shape)
-        joint = p.gamma * merged.max(axis=2).sum(axis=2)
-        pot = st.expert[0][blocks][:, None] + st.expert[0][None, :] - joint
-        j = (st.attention[0] + st.expert[0]).reshape(p.rows, p.shards)
-        row = np.arange(nb) // p.shards
-        top = np.zeros(nb, dtype=bool)
-        top[row * p.shards + 0] = False
-        top[np.arange(p.rows) * p.shards + j.argmax(axis=1)] = True
-        jb = j.ravel()
-        same = (row[blocks][:, None] == row[None, :]) & (top[blocks][:, None] | top[None, :])
-        pot = pot + np.where(same, np.abs(jb[blocks][:, None] - jb[None, :]) / 2, 0.0)
-        pot[np.arange(blocks.size), blocks] = -np.inf
-        return pot
-
-    def guided(self, deadline: float, rng: np.random.Generator, max_evaluations: int | None = None,
-               refresh: int = 64) -> SearchStats:
-        """Evaluate block pairs in decreasing :meth:`potentials` (not yet evaluated since
-        either block's rows changed) until ``deadline``, ``max_evaluations`` or none is left
-        with a positive potential (a local optimum of the guided neighbourhood)."""
-        p = self.p
-        stats = SearchStats()
-        started = time.perf_counter()
-        nb, g = p.num_pairs, p.shards
-        pot = self.potentials()
-        tried = np.zeros((nb, nb), dtype=bool)
-        since = 0
-        while time.perf_counter() < deadline and (max_evaluations is None or stats.evaluations < max_evaluations):
-            masked = np.where(tried, -np.inf, pot)
-            q = int(np.argmax(masked))
-            b1, b2 = divmod(q, nb)
-            if not masked[b1, b2] > 0:
-                stats.local_optimum = True
-                break
-            tried[b1, b2] = tried[b2, b1] = True
-            tol = 1e-15 * abs(float(self.state.energy[0])) + 1e-300
-            self.clean.pop((min(b1, b2), max(b1, b2)), None)
-            if self.try_pair(b1, b2, stats, tol):
-                rows = {b1 // g, b2 // g}
-                changed = np.concatenate([np.arange(r * g, (r + 1) * g) for r in rows])
-                tried[changed, :] = False
-                tried[:, changed] = False
-                since += 1
-                if since >= refresh:
-                    pot, since = self.potentials(), 0
-                else:
-                    fresh = self.potentials(changed)
-                    pot[changed, :] = fresh
-                    pot[:, changed] = fresh.T
-        stats.seconds = time.perf_counter() - started
-        return stats
-
     def run(self, deadline: float, rng: np.random.Generator, same_row_share: float = 0.5,
             max_evaluations: int | None = None) -> SearchStats:
         """Improve until ``deadline`` (perf_counter), ``max_evaluations`` block pairs, or a
