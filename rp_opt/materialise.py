@@ -87,13 +87,6 @@ class MigrationPlan:
         return out
 
 
-def _ranks_of(placement, num_ranks: int | None = None) -> tuple[np.ndarray, int]:
-    if isinstance(placement, Placement):
-        return placement.ranks, placement.num_ranks
-    require(num_ranks is not None, "num_ranks", "is needed when a placement is given as an array")
-    return Placement(np.asarray(placement), num_ranks).ranks, int(num_ranks)
-
-
 def overlap(current: np.ndarray, new: np.ndarray, num_ranks: int) -> np.ndarray:
     """[L, P, P]: M[l, p, q] = experts of layer l on current rank p and new rank q."""
     num_layers = current.shape[0]

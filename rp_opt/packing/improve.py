@@ -239,7 +239,6 @@ class BlockSearch:
                 x1e = gamma * (U1[ii] + DJ[jj]).reshape(top.size, *shape).max(axis=1).sum(axis=1)
                 x2e = gamma * (U2[jj] + DI[ii]).reshape(top.size, *shape).max(axis=1).sum(axis=1)
                 exact = pair_delta(p, st.attention[0], st.expert[0], b1, b2, a1[top], x1e, a2[top], x2e)
-                self.last_exact = top.size
                 delta[:ns] = np.inf
                 delta[top] = exact
             else:

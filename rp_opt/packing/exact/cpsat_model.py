@@ -89,7 +89,7 @@ class CpsatPacking:
         self.data = data
         self.objective = objective
         self.model = m = cp_model.CpModel()
-        N, R, D, G, k = data.num_samples, data.num_rows, data.num_slots, data.num_shards, data.per_shard
+        N, R, G, k = data.num_samples, data.num_rows, data.num_shards, data.per_shard
         if demand_cap is None:
             demand_cap = float(data.demand.max(axis=2).sum()) if data.demand is not None else 0.0
         self.scale = sc = integer_scale(data, demand_cap)
@@ -319,7 +319,6 @@ class CpsatPacking:
                 if status in (cp_model.FEASIBLE, cp_model.UNKNOWN) and budget.left() > 0.1:
                     value = floor() if callable(floor) else floor
                     if value is not None:
-                        self.floor_value = value
                         m.add(expr >= math.floor(unit * (value - err)) - 1)
                     if status == cp_model.FEASIBLE:
                         self._hint_from(solver, extra_hint)

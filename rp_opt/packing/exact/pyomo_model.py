@@ -34,7 +34,7 @@ class PyomoPacking:
                  mip_start: bool = False, relax: np.ndarray | None = None):
         self.data, self.objective, self.level_tol = data, objective, level_tol
         self.mip_start = mip_start
-        N, R, D, G, k = data.num_samples, data.num_rows, data.num_slots, data.num_shards, data.per_shard
+        N, R, G, k = data.num_samples, data.num_rows, data.num_shards, data.per_shard
         dem = data.demand
         num_layers, P = dem.shape[1], dem.shape[2]
         # normaliser: the largest cost of one sample alone becomes 100
