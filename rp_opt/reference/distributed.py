@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch.distributed.nn.functional import all_reduce
 from torch.nn import functional as F
 
-from .moe import TinyMoE, packed_next_token_loss, predicted_tokens
+from .moe import TinyMoE, packed_causal_mask, packed_next_token_loss, predicted_tokens
 
 
 def _exchange(local: torch.Tensor, rank: int, world: int, rows: int) -> torch.Tensor:
@@ -75,19 +75,13 @@ def forward_ep(model: TinyMoE, local: list[dict], samples: list[torch.Tensor], r
     """Loss sum and routing of one cell (``samples``) on this rank."""
     lengths = [int(s.numel()) for s in samples]
     tokens = torch.cat(samples)
-    owner = torch.repeat_interleave(torch.arange(len(samples)), torch.tensor(lengths))
-    pos = torch.arange(tokens.numel())
-    allowed = (owner[:, None] == owner[None, :]) & (pos[None, :] <= pos[:, None])
+    allowed = packed_causal_mask(lengths)
     x = model.embed[tokens]
     routed = []
     for l in range(model.num_layers):
-        q, k, v = (x @ model.qkv[l]).chunk(3, dim=1)
-        scores = (q @ k.T) / q.shape[1] ** 0.5
-        x = x + torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=1) @ v
+        x = model.attend(l, x, allowed)
         layer = model.moe[l]
-        logits = x @ layer.router
-        ids = torch.topk(logits, layer.top_k, dim=1).indices
-        weights = torch.softmax(logits.gather(1, ids), dim=1)
+        ids, weights = layer.route(x)
         x = x + ep_moe(layer, x, ids, weights, rank, world, local[l])
         routed.append(ids)
     loss = packed_next_token_loss(x @ model.head, tokens, lengths)

@@ -37,9 +37,7 @@ class MoELayer(nn.Module):
 
     def forward(self, x: torch.Tensor, replay: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(output [M, h], logical ids [M, k]); ``replay`` [M, k] forces the ids."""
-        logits = x @ self.router
-        ids = torch.topk(logits, self.top_k, dim=1).indices if replay is None else replay
-        weights = torch.softmax(logits.gather(1, ids), dim=1)
+        ids, weights = self.route(x, replay)
         slots = self.log2phy[ids]  # logical -> physical: the only place the placement enters
         out = torch.zeros_like(x)
         for s in torch.unique(slots).tolist():
@@ -48,6 +46,12 @@ class MoELayer(nn.Module):
             y = (F.silu(h @ self.w_gate[s]) * (h @ self.w_up[s])) @ self.w_down[s]
             out = out.index_add(0, token, y * weights[token, choice, None])
         return out, ids
+
+    def route(self, x: torch.Tensor, replay: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logical ids [M, k], gate weights [M, k]): top-k of the router, or ``replay``."""
+        logits = x @ self.router
+        ids = torch.topk(logits, self.top_k, dim=1).indices if replay is None else replay
+        return ids, torch.softmax(logits.gather(1, ids), dim=1)
 
     @torch.no_grad()
     def materialise(self, log2phy: np.ndarray) -> None:
@@ -78,6 +82,12 @@ class TinyMoE(nn.Module):
         self.moe = nn.ModuleList([MoELayer(hidden, ffn, num_experts, top_k, g) for _ in range(layers)])
         self.head = nn.Parameter(torch.randn(hidden, vocab, generator=g, dtype=torch.float64) * hidden ** -0.5)
 
+    def attend(self, layer: int, x: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        """x plus single-head attention of ``layer`` under the mask ``allowed`` [M, M]."""
+        q, k, v = (x @ self.qkv[layer]).chunk(3, dim=1)
+        scores = (q @ k.T) / q.shape[1] ** 0.5
+        return x + torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=1) @ v
+
     def forward(self, samples: list[torch.Tensor], replay: list[np.ndarray] | None = None):
         """Run one packed microbatch.
 
@@ -96,19 +106,14 @@ class TinyMoE(nn.Module):
         """
         lengths = [int(s.numel()) for s in samples]
         tokens = torch.cat(samples)
-        owner = torch.repeat_interleave(torch.arange(len(samples)), torch.tensor(lengths))
-        pos = torch.arange(tokens.numel())
-        # block-diagonal causal mask: a token sees earlier tokens of its own sample only
-        allowed = (owner[:, None] == owner[None, :]) & (pos[None, :] <= pos[:, None])
+        allowed = packed_causal_mask(lengths)
         forced = None
         if replay is not None:
             forced = torch.as_tensor(np.concatenate(replay, axis=0), dtype=torch.long)  # [M, L, k]
         x = self.embed[tokens]
         routed = []
         for l in range(self.num_layers):
-            q, k, v = (x @ self.qkv[l]).chunk(3, dim=1)
-            scores = (q @ k.T) / q.shape[1] ** 0.5
-            x = x + torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=1) @ v
+            x = self.attend(l, x, allowed)
             y, ids = self.moe[l](x, None if forced is None else forced[:, l])
             x = x + y
             routed.append(ids)
@@ -123,6 +128,14 @@ class TinyMoE(nn.Module):
 
     def log2phy(self) -> np.ndarray:
         return np.stack([layer.log2phy.numpy() for layer in self.moe])
+
+
+def packed_causal_mask(lengths) -> torch.Tensor:
+    """[M, M] block-diagonal causal mask of samples packed back to back: a token sees the
+    earlier tokens of its own sample only."""
+    owner = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    pos = torch.arange(owner.numel())
+    return (owner[:, None] == owner[None, :]) & (pos[None, :] <= pos[:, None])
 
 
 def packed_next_token_loss(logits: torch.Tensor, tokens: torch.Tensor, lengths) -> torch.Tensor:
