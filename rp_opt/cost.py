@@ -353,6 +353,72 @@ def placement_bound(window: Window, num_ranks: int, load: np.ndarray | None = No
     return np.maximum(load.max(axis=1), -(-load.sum(axis=1) // num_ranks))
 
 
+def _fractional_knapsack(weights: np.ndarray, values: np.ndarray, capacities: np.ndarray) -> np.ndarray:
+    """Greatest value of items (fractions allowed) within each capacity: items by value per
+    unit of weight, decreasingly (the LP optimum, >= every integral selection)."""
+    capacities = np.asarray(capacities, dtype=np.float64)
+    if weights.size == 0:
+        return np.zeros_like(capacities)
+    order = np.argsort(-values / weights, kind="stable")
+    w, v = weights[order].astype(np.float64), values[order].astype(np.float64)
+    cum_w = np.concatenate([[0.0], np.cumsum(w)])
+    cum_v = np.concatenate([[0.0], np.cumsum(v)])
+    whole = np.searchsorted(cum_w, capacities, side="right") - 1          # items that fit whole
+    whole = np.minimum(whole, w.size)
+    rest = capacities - cum_w[whole]
+    ratio = np.concatenate([v / w, [0.0]])[whole]
+    return cum_v[whole] + np.maximum(rest, 0.0) * ratio
+
+
+def attention_waste(work: np.ndarray, lengths: np.ndarray, capacity: int, per_shard: int,
+                    num_blocks: int) -> np.ndarray:
+    """[S] lower bound on sum_b sum_{d in b} (max_{d' in b} c_s(d') - c_s(d)) for stage work
+    ``work`` [S, N] (cell cost c_s(d) = sum of the work of its samples).
+
+    The average bound sum_b max_d c_s >= sum_i c_s(i) / k treats every block's cells as
+    equal. A sample longer than C/2 ("big") shares no cell with another big one, and a
+    cell's cost is at most the fractional-knapsack fill of its room with the other
+    samples, so a block whose maximum is set by a big sample wastes the difference on each
+    cell that cannot reach it. Take the t costliest big samples as "heavy" (any t): a cell
+    holding no heavy sample costs at most U_t = max(u, max v_j over the other bigs), u
+    the fill of an empty cell with non-big samples, v_j = c_j + the fill of big j's room.
+    If the heavy samples occupy q blocks (ceil(t/k) <= q <= min(B, t)), pigeonhole puts the
+    ((q-1)k+1)-th costliest heavy sample (or the last) at or below every such block's
+    maximum, and q k - t of their cells hold no heavy sample, so the waste is at least
+    (q k - t) (c_{min((q-1)k+1, t)} - U_t)^+. The bound is the max over t of the min over q.
+    Upper bounds on cell costs ignore the per-cell sample limit, which only loosens them.
+    """
+    work = np.atleast_2d(np.asarray(work, dtype=np.float64))
+    lengths = np.asarray(lengths, dtype=np.int64)
+    k = int(per_shard)
+    out = np.zeros(work.shape[0])
+    big = 2 * lengths > capacity
+    h = int(big.sum())
+    if k <= 1 or h == 0 or h > num_blocks * k:
+        return out
+    small = ~big
+    room = np.concatenate([[capacity], capacity - lengths[big]]).astype(np.float64)
+    t = np.arange(1, h + 1)
+    q = np.arange(1, int(num_blocks) + 1)
+    # [t, q]: occupied blocks must hold the t heavies (q >= ceil(t/k)) and each a heavy (q <= t)
+    ok = (q[None, :] * k >= t[:, None]) & (q[None, :] <= t[:, None])
+    empty = q[None, :] * k - t[:, None]                                   # cells without a heavy
+    pos = np.minimum((q[None, :] - 1) * k, t[:, None] - 1)                # 0-based rank of the floor
+    for s in range(work.shape[0]):
+        c = work[s]
+        fill = _fractional_knapsack(lengths[small], c[small], room)
+        u, v = fill[0], c[big] + fill[1:]
+        order = np.argsort(-c[big], kind="stable")
+        cost, ceiling = c[big][order], v[order]
+        # U_t: max(u, ceilings of the bigs ranked after t)
+        after = np.maximum.accumulate(ceiling[::-1])[::-1]
+        top = np.maximum(u, np.concatenate([after[1:], [-np.inf]]))       # [t]
+        waste = empty * np.maximum(cost[pos] - top[:, None], 0.0)
+        waste = np.where(ok, waste, np.inf).min(axis=1)
+        out[s] = float(np.max(np.where(np.isfinite(waste), waste, 0.0)))
+    return out
+
+
 @dataclass(frozen=True)
 class CostBounds:
     """Valid lower bounds on the parts of any layout with ``num_rows`` rows.
@@ -360,7 +426,8 @@ class CostBounds:
     Attributes
     ----------
     attention_total
-        sum_{r,g} A >= (G/D) sum_s n_s sum_i (alpha_s T_i + beta_s Q_i)  (averages).
+        sum_{r,g} A >= (G/D) sum_s n_s (sum_i (alpha_s T_i + beta_s Q_i) + waste_s)  (averages,
+        raised by the waste big samples force: :func:`attention_waste`).
     expert_total
         sum_{r,g} X >= gamma sum_l max_p L[l,p]  (Eq. 4; placement-free form when no
         placement is given).
@@ -403,8 +470,12 @@ def cost_bounds(instance: Instance, num_rows: int, placement: Placement | None =
     spare passes over a[i,l,e] when the caller already has them.
     """
     window, cluster, cost = instance.window, instance.cluster, instance.cost
-    attention = sample_attention(window, cost)
-    attention_total = cluster.edp / cluster.dp * float(attention.sum())
+    work = stage_work(window, cost)
+    attention = cost.layers @ work
+    # averages, plus the waste big samples force on the other cells of their blocks
+    waste = attention_waste(work, window.lengths, cluster.capacity, cluster.dp // cluster.edp,
+                            num_rows * cluster.edp)
+    attention_total = cluster.edp / cluster.dp * (float(attention.sum()) + float(cost.layers @ waste))
     if placement is None:
         expert_total = cost.gamma * float(placement_bound(window, cluster.ep, load).sum())
         # per layer: the busiest rank holds at least the sample's largest expert count and

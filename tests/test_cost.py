@@ -114,3 +114,56 @@ def test_block_first_and_sample_first_rank_loads_agree(seed):
     via_samples = layout_costs(instance, placement, layout, rank_demand(w, placement))
     np.testing.assert_array_equal(direct.rank_load, via_samples.rank_load)
     np.testing.assert_allclose(direct.expert, via_samples.expert)
+
+
+def _min_attention_waste(work, lengths, capacity, dp, edp, rows):
+    """Brute force: min over every layout (all cells non-empty, capacity kept) of
+    sum_b sum_{d in b} (max_{d' in b} c_s(d') - c_s(d)), per stage; None if no layout."""
+    n = lengths.size
+    cells = rows * dp
+    assign = np.stack(np.meshgrid(*[np.arange(cells)] * n, indexing="ij"), axis=-1).reshape(-1, n)
+    onehot = np.zeros((assign.shape[0], n, cells))
+    np.put_along_axis(onehot, assign[:, :, None], 1.0, axis=2)
+    tokens = np.einsum("mnc,n->mc", onehot, lengths)
+    ok = (onehot.sum(axis=1).min(axis=1) >= 1) & (tokens.max(axis=1) <= capacity)
+    if not ok.any():
+        return None
+    cost = np.einsum("mnc,sn->smc", onehot[ok], work).reshape(work.shape[0], -1, rows * edp, dp // edp)
+    return (cost.max(axis=3, keepdims=True) - cost).sum(axis=(2, 3)).min(axis=1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), shape=st.sampled_from([(4, 1, 1, 6), (4, 2, 1, 6), (2, 1, 2, 6), (4, 1, 2, 5),
+                                                           (4, 2, 2, 5), (2, 1, 3, 6)]))
+def test_attention_waste_below_brute_force(seed, shape):
+    """attention_waste never exceeds the least waste of any layout (tiny windows with big
+    samples, arbitrary Q_i, so the bound is tested beyond Q = T^2)."""
+    from rp_opt.cost import attention_waste
+
+    dp, edp, rows, n = shape
+    rng = np.random.default_rng(seed)
+    capacity = 100
+    lengths = np.where(rng.random(n) < 0.5, rng.integers(51, 101, n), rng.integers(1, 51, n))
+    q = np.where(rng.random(n) < 0.5, lengths.astype(float) ** 2, rng.random(n) * 1e4)
+    work = np.stack([0.7 * lengths, 0.1 * lengths + 0.01 * q, 0.05 * q])
+    bound = attention_waste(work, lengths, capacity, dp // edp, rows * edp)
+    best = _min_attention_waste(work, lengths, capacity, dp, edp, rows)
+    if best is None:
+        return
+    assert np.all(bound >= 0)
+    assert np.all(bound <= best * (1 + 1e-9) + 1e-9), (bound, best)
+
+
+def test_attention_waste_hand_example():
+    """C = 100, 2 rows of 4 cells, one stage whose cost is Q = T^2: five full samples (100
+    tokens, cost 10000) and ten 10-token samples (cost 100 each). No two full samples share
+    a cell, so two rows hold them and 2 * 4 - 5 = 3 cells of their rows hold none; such a
+    cell costs at most the fractional fill of 100 tokens by 10-token samples, 10 * 100 =
+    1000. Waste >= 3 (10000 - 1000) = 27000; the best layout ({4 full} / {full, cells of 4,
+    3, 3 small samples}) wastes 3 * 10000 - 1000 = 29000."""
+    from rp_opt.cost import attention_waste
+
+    lengths = np.array([100] * 5 + [10] * 10)
+    q = lengths.astype(float) ** 2
+    bound = attention_waste(q[None, :], lengths, 100, 4, 2)
+    assert bound[0] == pytest.approx(3 * (10000 - 1000))

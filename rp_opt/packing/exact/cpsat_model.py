@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from ortools.sat.python import cp_model
 
-from ...cost import Objective
+from ...cost import Objective, attention_waste
 from ...solution import Layout
 from .common import (Budget, PackingData, aggregate_count, integer_scale, level_key, linearize_aggregate, rational,
                      symmetry_chains)
@@ -166,9 +166,12 @@ class CpsatPacking:
                         if w[i] > 0:
                             m.add(v >= int(w[i]) * zs[q])
         if tighten and S and k > 1:
-            # sum_b a[b,s] >= sum_i att_int[s,i] / k        (averages: a max >= the mean of k slots)
+            # k sum_b a[b,s] >= sum_i att_int[s,i] + waste_s  (averages: a max >= the mean of
+            # k slots, plus the waste big samples force, rp_opt.cost.attention_waste)
+            waste = attention_waste(sc.att_int, data.lengths, data.capacity, k, R * G)
             for s in range(S):
-                m.add(sum(self.a[r, g, s] for r, g in self.blocks) * k >= int(sc.att_int[s].sum()))
+                extra = max(0, math.floor(waste[s] * (1 - 1e-9)))
+                m.add(sum(self.a[r, g, s] for r, g in self.blocks) * k >= int(sc.att_int[s].sum()) + extra)
 
         # expert: x[b,l] >= W[b,l,p] for every p            (epigraph of the rank max)
         loads = expert_hook(self) if expert_hook else self._fixed_loads()

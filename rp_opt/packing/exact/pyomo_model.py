@@ -16,7 +16,7 @@ from pyomo.contrib.appsi.base import TerminationCondition
 from pyomo.contrib.appsi.solvers import Highs
 
 from ..._highs import silence_banner
-from ...cost import Objective
+from ...cost import Objective, attention_waste
 from ...solution import Layout
 from .common import Budget, PackingData, linearize_aggregate, symmetry_chains
 from .cpsat_model import LevelOutcome, SolveOutcome
@@ -91,9 +91,10 @@ class PyomoPacking:
                 for p in range(P):
                     add(m.x[r, g, l] >= sum(int(dem[i, l, p]) * y[i, c] for i, c in pairs if dem[i, l, p]))
         if tighten:
+            waste = attention_waste(att, T, data.capacity, k, R * G) * (1 - 1e-9)
             for s in range(S):
-                # sum_{r,g} a[r,g,s] >= sum_i att[s,i] / k   (averages)
-                add(sum(m.a[r, g, s] for r, g in blocks) >= float(att[s].sum()) / k)
+                # sum_{r,g} a[r,g,s] >= (sum_i att[s,i] + waste_s) / k   (averages, big-sample waste)
+                add(sum(m.a[r, g, s] for r, g in blocks) >= (float(att[s].sum()) + float(waste[s])) / k)
             if eq4 is not None:
                 for l in range(num_layers):
                     add(sum(m.x[r, g, l] for r, g in blocks) >= float(eq4[l]))  # Eq. 4
