@@ -372,25 +372,25 @@ def _fractional_knapsack(weights: np.ndarray, values: np.ndarray, capacities: np
 
 def attention_waste(work: np.ndarray, lengths: np.ndarray, capacity: int, per_shard: int,
                     num_blocks: int) -> np.ndarray:
-    """[S] lower bound on sum_b sum_{d in b} (max_{d' in b} c_s(d') - c_s(d)) for stage work
-    ``work`` [S, N] (cell cost c_s(d) = sum of the work of its samples).
+    """[S] lower bound on sum_b sum_{d in b} (max_{d' in b} c_s(d') - c_s(d)) over every
+    layout of ``num_blocks`` blocks of ``per_shard`` (= k) cells, for stage work ``work``
+    [S, N] (a cell's cost c_s(d) is the sum of its samples' work).
 
     The average bound sum_b max_d c_s >= sum_i c_s(i) / k treats every block's cells as
     equal. A sample longer than C/2 ("big") shares no cell with another big one, and a
-    cell's cost is at most the fractional-knapsack fill of its room with the other
-    samples, so a block whose maximum is set by a big sample wastes the difference on each
-    cell that cannot reach it. Take the t costliest big samples as "heavy" (any t): a cell
-    holding no heavy sample costs at most U_t = max(u, max v_j over the other bigs), u
-    the fill of an empty cell with non-big samples, v_j = c_j + the fill of big j's room.
-    If the heavy samples occupy q blocks (ceil(t/k) <= q <= min(B, t)), pigeonhole puts the
-    ((q-1)k+1)-th costliest heavy sample (or the last) at or below every such block's
-    maximum, and q k - t of their cells hold no heavy sample, so the waste is at least
-    (q k - t) (c_{min((q-1)k+1, t)} - U_t)^+. The bound is the max over t of the min over q.
-    Upper bounds on cell costs ignore the per-cell sample limit, which only loosens them.
+    cell costs at most the fractional-knapsack fill of its room with the non-big samples:
+    u for a cell without a big sample, v_j = c_j + the fill of C - T_j for the cell of big
+    j. Take the t costliest big samples as "heavy" (any t). If they occupy q blocks
+    (ceil(t/k) <= q <= min(B, t)), pigeonhole puts the ((q-1)k+1)-th costliest heavy (or
+    the last) at or below every such block's maximum m, and E = q k - t of their cells
+    hold no heavy sample; each holds at most one of the other, distinct, big samples, so
+    their ceilings are at most the E largest of {v_j: big j not heavy} and E copies of u,
+    and the waste is at least sum over those ceilings w of (m - w)^+. The bound is the max
+    over t of the min over q. Ceilings ignore the per-cell sample limit (only loosens them).
     """
     work = np.atleast_2d(np.asarray(work, dtype=np.float64))
     lengths = np.asarray(lengths, dtype=np.int64)
-    k = int(per_shard)
+    k, num_blocks = int(per_shard), int(num_blocks)
     out = np.zeros(work.shape[0])
     big = 2 * lengths > capacity
     h = int(big.sum())
@@ -398,24 +398,25 @@ def attention_waste(work: np.ndarray, lengths: np.ndarray, capacity: int, per_sh
         return out
     small = ~big
     room = np.concatenate([[capacity], capacity - lengths[big]]).astype(np.float64)
-    t = np.arange(1, h + 1)
-    q = np.arange(1, int(num_blocks) + 1)
-    # [t, q]: occupied blocks must hold the t heavies (q >= ceil(t/k)) and each a heavy (q <= t)
-    ok = (q[None, :] * k >= t[:, None]) & (q[None, :] <= t[:, None])
-    empty = q[None, :] * k - t[:, None]                                   # cells without a heavy
-    pos = np.minimum((q[None, :] - 1) * k, t[:, None] - 1)                # 0-based rank of the floor
+    q = np.arange(1, num_blocks + 1)
     for s in range(work.shape[0]):
         c = work[s]
         fill = _fractional_knapsack(lengths[small], c[small], room)
-        u, v = fill[0], c[big] + fill[1:]
+        u = fill[0]
         order = np.argsort(-c[big], kind="stable")
-        cost, ceiling = c[big][order], v[order]
-        # U_t: max(u, ceilings of the bigs ranked after t)
-        after = np.maximum.accumulate(ceiling[::-1])[::-1]
-        top = np.maximum(u, np.concatenate([after[1:], [-np.inf]]))       # [t]
-        waste = empty * np.maximum(cost[pos] - top[:, None], 0.0)
-        waste = np.where(ok, waste, np.inf).min(axis=1)
-        out[s] = float(np.max(np.where(np.isfinite(waste), waste, 0.0)))
+        cost, ceiling = c[big][order], (c[big] + fill[1:])[order]
+        best = 0.0
+        for t in range(1, h + 1):
+            qs = q[(q * k >= t) & (q <= t)]
+            empty = qs * k - t                                            # cells without a heavy
+            floor = cost[np.minimum((qs - 1) * k, t - 1)]                 # every heavy block's max >=
+            # the largest ceilings those cells can have, decreasing, then prefix sums
+            w = np.concatenate([np.sort(np.maximum(ceiling[t:], u))[::-1], np.full(int(empty.max()), u)])
+            prefix = np.concatenate([[0.0], np.cumsum(w)])
+            above = np.minimum(empty, np.searchsorted(-w, -floor, side="right"))  # ceilings >= floor
+            waste = (empty - above) * floor - (prefix[empty] - prefix[above])
+            best = max(best, float(waste.min()))
+        out[s] = best
     return out
 
 
