@@ -386,7 +386,8 @@ def attention_waste(work: np.ndarray, lengths: np.ndarray, capacity: int, per_sh
     hold no heavy sample; each holds at most one of the other, distinct, big samples, so
     their ceilings are at most the E largest of {v_j: big j not heavy} and E copies of u,
     and the waste is at least sum over those ceilings w of (m - w)^+. The bound is the max
-    over t of the min over q. Ceilings ignore the per-cell sample limit (only loosens them).
+    over t (the ends of runs of equal cost and a grid: any t is valid) of the min over q.
+    Ceilings ignore the per-cell sample limit (only loosens them).
     """
     work = np.atleast_2d(np.asarray(work, dtype=np.float64))
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -406,7 +407,11 @@ def attention_waste(work: np.ndarray, lengths: np.ndarray, capacity: int, per_sh
         order = np.argsort(-c[big], kind="stable")
         cost, ceiling = c[big][order], (c[big] + fill[1:])[order]
         best = 0.0
-        for t in range(1, h + 1):
+        # every t gives a valid bound; try the ends of runs of equal cost and a grid (speed)
+        ends = np.flatnonzero(np.diff(cost, append=-np.inf) != 0) + 1
+        grid = np.unique(np.linspace(1, h, min(h, 64)).astype(np.int64))
+        for t in np.union1d(ends if ends.size <= 192 else ends[np.linspace(0, ends.size - 1, 192).astype(int)], grid):
+            t = int(t)
             qs = q[(q * k >= t) & (q <= t)]
             empty = qs * k - t                                            # cells without a heavy
             floor = cost[np.minimum((qs - 1) * k, t - 1)]                 # every heavy block's max >=
