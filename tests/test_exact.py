@@ -85,6 +85,26 @@ def test_equals_brute_force(G, objective, backend):
     assert res.bound <= res.score[0] + 1e-9
 
 
+@pytest.mark.parametrize("D,G,R", [(4, 1, 1), (4, 2, 1), (2, 1, 2)])
+@pytest.mark.parametrize("backend", ["cpsat", "highs"])
+def test_big_sample_waste_keeps_optimum(D, G, R, backend):
+    """Samples longer than C/2 (90, 85, 80 of C = 100) make the attention-waste bound
+    positive; the models that carry it as a constraint still reach the brute-force optimum."""
+    from rp_opt.cost import attention_waste, stage_work
+
+    inst = make_window(7, D=D, G=G, seed=5)
+    T = np.array([90, 85, 80, 20, 15, 10, 12])
+    inst = Instance(Window(T, inst.window.demand, 2), inst.cluster, inst.cost)
+    assert attention_waste(stage_work(inst.window, inst.cost), T, 100, D // G, R * G).max() > 0
+    place = Placement.identity(2, 4, 2)
+    expected = brute_force(inst, place, R, "sync")
+    res = solve_packing(inst, place, R, objective="sync", backend=backend, time_limit=30)
+    assert res.status == "optimal"
+    checked(inst, res, num_rows=R)
+    assert_lex_close(res.score, expected)
+    assert res.bound <= res.score[0] + 1e-9
+
+
 @pytest.mark.parametrize("objective,G", [("shard", 2), ("sync", 2), ("weighted", 2), ("sync", 1)])
 def test_symmetry_breaking_keeps_optimum(objective, G):
     """Symmetry on and off reach the same (brute-force) optimum, on a window with a sample
