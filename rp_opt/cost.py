@@ -449,16 +449,43 @@ class CostBounds:
     num_rows: int
     num_shards: int
 
+    def _means(self, agg: Aggregate) -> int:
+        """n such that ``agg`` >= (its matrix's total) / n: a max over n entries is at least
+        their mean. sum_r max_g J and max_g sum_r J: G; sum_g max_r J and max_r sum_g J: R."""
+        if agg.inner == "sum" and agg.outer == "sum":
+            return 1
+        if agg.inner == "max" and agg.outer == "max":
+            return self.num_rows * self.num_shards
+        maxed = agg.over if agg.inner == "max" else ("rows" if agg.over == "shards" else "shards")
+        return self.num_shards if maxed == "shards" else self.num_rows
+
     def aggregate(self, agg: Aggregate) -> float:
         """Lower bound of one aggregate."""
         total = agg.attention * self.attention_total + agg.expert * self.expert_total
-        single = float(np.max(agg.attention * self.sample_attention + agg.expert * self.sample_expert))
         if agg.inner == "sum" and agg.outer == "sum":
             return total
-        if agg.inner == "max" and agg.outer == "max":
-            return max(total / (self.num_rows * self.num_shards), single)
-        # max_g sum_r J and sum_r max_g J are both >= mean over shards of the shard totals.
-        return max(total / self.num_shards, single)
+        single = float(np.max(agg.attention * self.sample_attention + agg.expert * self.sample_expert))
+        return max(total / self._means(agg), single)
+
+    def gap_split(self, costs: Costs, objective) -> dict:
+        """Where a plan's primary sits above this bound, in cost units of the primary:
+        ``attention`` and ``expert`` (the totals above their bounds, weighted as the
+        primary's aggregates average them) and ``spread`` (the primary's maxima above the
+        means of the entries they reduce) add up to primary - bound + ``bound_slack``
+        (>= 0: how far the single-sample bound lifts the bound above the averaged totals)."""
+        level = get_objective(objective).levels[0]
+        att = float(costs.attention.sum()) - self.attention_total
+        exp = float(costs.expert.sum()) - self.expert_total
+        out = {"attention": 0.0, "expert": 0.0, "spread": 0.0, "bound_slack": 0.0}
+        for coef, agg in level:
+            n = self._means(agg)
+            total = float(agg.matrix(costs).sum())
+            out["attention"] += coef * agg.attention * att / n
+            out["expert"] += coef * agg.expert * exp / n
+            out["spread"] += coef * (agg.evaluate(costs) - total / n)
+            averaged = (agg.attention * self.attention_total + agg.expert * self.expert_total) / n
+            out["bound_slack"] += coef * (self.aggregate(agg) - averaged)
+        return out
 
     def objective(self, objective) -> tuple[float, ...]:
         """Bound on every level (each valid on its own; the first bounds the primary)."""

@@ -780,6 +780,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     problem = make_problem(instance, major, num_rows, objective)
     bound_stats = report_bounds(instance, placement, num_rows, objective, demand, baseline=False, load=load)
     bound_stats.pop("analytic_bounds")
+    lower_bounds = bound_stats.pop("lower_bounds")
     timings["bounds"] = time.perf_counter() - t
     names = list(seeds)
     starts = [seeds[name].cell_of for name in names]
@@ -893,6 +894,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
                 stats["placement"] = f"{stats.get('placement')} + refined for the layout"
             bound_stats = report_bounds(instance, placement, num_rows, objective, demand, baseline=False, load=load)
             bound_stats.pop("analytic_bounds")
+            lower_bounds = bound_stats.pop("lower_bounds")
         now = time.perf_counter()
         if (not refined.get("adopted") or refine_rounds >= int(options.get("refine_rounds", 1))
                 or (final_deadline is not None and final_deadline - now < 0.05 * time_limit)):
@@ -918,7 +920,12 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     stats.update(bound_stats)
     stats["timings"] = timings
     # what plan_result does, without recomputing the analytic bounds (one pass over a[i,l,e])
-    value = objective.evaluate(layout_costs(instance, placement, layout, demand))
+    costs = layout_costs(instance, placement, layout, demand)
+    value = objective.evaluate(costs)
+    # where the primary sits above the lower bound, in the gap's units (fractions of the
+    # primary, rp_opt.result.relative_gap): attention + expert + spread - bound_slack = gap
+    stats["gap_split"] = {key: part / max(abs(value[0]), 1e-300)
+                          for key, part in lower_bounds.gap_split(costs, objective).items()}
     stats["primary_proven"] = bool(stats["lower_bound"] >= value[0] * (1 - 1e-9))
     timings["score"] = time.perf_counter() - t
     result = Result(FEASIBLE, Plan(placement, layout, objective.name, value, stats), value, stats["lower_bound"],
@@ -1005,7 +1012,8 @@ def report_bounds(instance: Instance, placement: Placement, num_rows: int, objec
     ``lower_bound`` holds for every placement and layout of ``num_rows`` rows (MODEL.md
     analytic bounds with the placement-free expert bound strengthened by the pigeonhole
     bound of :func:`rp_opt.placement.placement_lower_bound`); ``placement_bound`` holds
-    only for this placement (the packing's own gap). Reuses ``demand_by_rank`` and
+    only for this placement (the packing's own gap); ``lower_bounds`` is the
+    :class:`rp_opt.cost.CostBounds` behind ``lower_bound`` (for its gap split). Reuses ``demand_by_rank`` and
     ``load`` (= ``window.expert_load()``) instead of recomputing them.
     """
     from dataclasses import replace
@@ -1020,7 +1028,9 @@ def report_bounds(instance: Instance, placement: Placement, num_rows: int, objec
     strong = strong_bounds(instance, num_rows, load, analytic)
     out["analytic_bounds"] = analytic
     out["analytic_bound"] = analytic.objective(objective)[0]
-    out["lower_bound"] = max(out["analytic_bound"], strong.objective(objective)[0])
+    strong_value = strong.objective(objective)[0]
+    out["lower_bound"] = max(out["analytic_bound"], strong_value)
+    out["lower_bounds"] = strong if strong_value >= out["analytic_bound"] else analytic
     # this placement: Eq. 4 with its aggregate rank loads, and each sample's own peak
     gamma = instance.cost.gamma
     rank_loads = demand_by_rank.sum(axis=0)                                # [L, P]
