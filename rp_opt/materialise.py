@@ -73,12 +73,19 @@ class MigrationPlan:
     def num_transfers(self) -> int:
         return len(self.transfers)
 
+    @property
+    def critical_bytes(self) -> int:
+        """Bytes the busiest rank moves in sequence: one transfer per rank per round, so
+        the sum over rounds of the round's largest transfer."""
+        return int(sum(max(self.transfers[i].bytes for i in r) for r in self.rounds if r))
+
     def summary(self) -> dict:
         moved = np.zeros(self.placement.num_layers, dtype=np.int64)
         for t in self.transfers:
             moved[t.layer] += 1
         return {"transfers": self.num_transfers, "kept": self.kept, "rounds": self.num_rounds,
-                "total_bytes": self.total_bytes, "moved_per_layer": moved.tolist()}
+                "total_bytes": self.total_bytes, "critical_bytes": self.critical_bytes,
+                "moved_per_layer": moved.tolist()}
 
     def to_dict(self) -> dict:
         out = self.summary()

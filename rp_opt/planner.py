@@ -67,6 +67,10 @@ class StepPlan:
     warm_start
         ``"layout"`` (previous placement and layout), ``"placement"`` (previous placement
         with the certificate's layout) or None.
+    stats
+        ``mode``, and ``migration_decision`` when the planner has a ``migration_cost``
+        (then ``plan`` may keep the placement in force: ``score`` is the plan's, while
+        ``bound`` and ``gap`` are the solver's).
     """
 
     step: int
@@ -132,6 +136,8 @@ class StepPlan:
             "gap": self.gap, "r_star": self.r_star, "timings": dict(self.timings), "warm_start": self.warm_start,
             "migration": None if self.migration is None else self.migration.summary(),
         })
+        if "migration_decision" in self.stats:
+            out["migration_decision"] = dict(self.stats["migration_decision"])
         return out
 
 
@@ -189,12 +195,24 @@ class Planner:
         ``placement`` (``heuristic``, ``exact``, ``auto``).
     solver_options
         Extra keyword options passed to the solver.
+    migration_cost
+        Modelled cost of one byte on the migration's critical path (the busiest rank's
+        transfers in sequence, :attr:`~rp_opt.materialise.MigrationPlan.critical_bytes`),
+        in the cost model's units (with a calibrated model in seconds: 1 / bandwidth). Set,
+        the planner adopts a new placement only when its modelled gain on this step's layout
+        (the layout scored under the placement in force minus under the new one), times
+        ``migration_horizon``, exceeds the migration's cost; otherwise it keeps the placement
+        in force with the new layout (``step.stats["migration_decision"]`` says which and
+        why). None (default): always adopt the solver's placement.
+    migration_horizon
+        Steps a new placement is expected to serve (its gain counts this many times).
     """
 
     def __init__(self, cluster: Cluster, cost="ling-tiny-like", *, objective: str = "sync",
                  time_limit: float = 10.0, mode: str = "auto", seed: int = 0, expert_bytes: int | None = None,
                  current_placement: Placement | None = None, warm_start: bool = True, fallback: bool = True,
-                 certify_share: float = 0.2, keep_placement: bool = False, solver_options: dict | None = None):
+                 certify_share: float = 0.2, keep_placement: bool = False, solver_options: dict | None = None,
+                 migration_cost: float | None = None, migration_horizon: int = 1):
         require(isinstance(cluster, Cluster), "cluster", f"must be a Cluster, got {type(cluster).__name__}")
         require(np.isfinite(time_limit) and time_limit > 0, "time_limit", f"must be > 0, got {time_limit}")
         require(0 < certify_share < 1, "certify_share", f"must be in (0, 1), got {certify_share}")
@@ -219,6 +237,12 @@ class Planner:
                 f"mode {mode!r} chooses its own placement; use heuristic, exact or auto")
         require(not (keep_placement and self.solver_options.get("refine")), "solver_options",
                 "refine=True changes the placement, keep_placement=True keeps it: choose one")
+        require(migration_cost is None or (np.isfinite(migration_cost) and migration_cost >= 0), "migration_cost",
+                f"must be None or a finite number >= 0, got {migration_cost!r}")
+        require(isinstance(migration_horizon, (int, np.integer)) and migration_horizon >= 1, "migration_horizon",
+                f"must be an integer >= 1, got {migration_horizon!r}")
+        self.migration_cost = None if migration_cost is None else float(migration_cost)
+        self.migration_horizon = int(migration_horizon)
         self._cost_by_layers: dict[int, CostModel] = {}
         self._current = current_placement
         self._previous: Plan | None = None
@@ -366,13 +390,24 @@ class Planner:
 
         t = time.perf_counter()
         migration = migration_plan(current, result.plan.placement, self.expert_bytes)
-        timings["migrate"] = time.perf_counter() - t
         # relabelling permutes ranks within each layer: the cost is unchanged
         plan = Plan(migration.placement, result.plan.layout, result.plan.objective, result.plan.score,
                     result.plan.stats)
+        extra = {"mode": self.mode}
+        if self.migration_cost is not None and migration.num_transfers:
+            # gain of moving experts for this layout vs the price of moving them
+            stay = score(instance, current, result.plan.layout, self.objective)
+            gain = stay[0] - result.plan.score[0]
+            price = self.migration_cost * migration.critical_bytes
+            adopt = gain * self.migration_horizon > price
+            extra["migration_decision"] = {"migrate": bool(adopt), "gain": float(gain), "price": float(price),
+                                           "horizon": self.migration_horizon, "score_kept": list(stay)}
+            if not adopt:
+                migration = migration_plan(current, current, self.expert_bytes)
+                plan = Plan(current, result.plan.layout, result.plan.objective, stay, result.plan.stats)
+        timings["migrate"] = time.perf_counter() - t
         timings["total"] = time.perf_counter() - start
-        step = StepPlan(self.step, instance, plan, result, certificate, migration, timings, warm_kind,
-                        {"mode": self.mode})
+        step = StepPlan(self.step, instance, plan, result, certificate, migration, timings, warm_kind, extra)
         if commit:
             self._current = plan.placement
             self._previous = plan

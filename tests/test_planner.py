@@ -61,6 +61,42 @@ def test_baseline_mode_and_migration():
     assert again.migration.num_transfers == 0 and again.warm_start == "layout"
 
 
+def test_migration_cost_decides_whether_experts_move():
+    """With a price per byte on the migration's critical path, the LPT placement is adopted
+    only when its modelled gain on the step's layout (times the horizon) exceeds the price;
+    otherwise the identity in force stays, with the new layout and no transfer."""
+    cluster = Cluster(dp=2, edp=1, ep=2, capacity=64)
+    routing = routing_of(0)
+    free = Planner(cluster, COST, mode="lpt-ffd", time_limit=2.0, expert_bytes=10)
+    moved = free.plan(routing=routing, num_experts=8, commit=False)
+    identity = Placement.identity(3, 8, 2)
+    from rp_opt.cost import score
+
+    gain = score(moved.instance, identity, moved.layout, "sync")[0] - moved.score[0]
+    assert gain > 0 and moved.migration.num_transfers > 0
+    critical = moved.migration.critical_bytes
+    assert 10 <= critical <= moved.migration.total_bytes
+    # price = 2 x gain: kept at horizon 1, adopted at horizon 3
+    cost = 2 * gain / critical
+    kept = Planner(cluster, COST, mode="lpt-ffd", time_limit=2.0, expert_bytes=10, migration_cost=cost).plan(
+        routing=routing, num_experts=8)
+    checked(kept)
+    assert np.array_equal(kept.placement.ranks, identity.ranks) and kept.migration.num_transfers == 0
+    assert np.array_equal(kept.layout.cell_of, moved.layout.cell_of)
+    decision = kept.to_dict()["migration_decision"]
+    assert decision["migrate"] is False and decision["gain"] == pytest.approx(gain)
+    assert decision["price"] == pytest.approx(2 * gain)
+    adopted = Planner(cluster, COST, mode="lpt-ffd", time_limit=2.0, expert_bytes=10, migration_cost=cost,
+                      migration_horizon=3).plan(routing=routing, num_experts=8)
+    checked(adopted)
+    assert np.array_equal(adopted.placement.ranks, moved.placement.ranks)
+    assert adopted.stats["migration_decision"]["migrate"] is True
+    json.dumps(_jsonable(kept.to_dict()))
+    for bad in ({"migration_cost": -1.0}, {"migration_cost": float("nan")}, {"migration_horizon": 0}):
+        with pytest.raises(InputError):
+            Planner(cluster, COST, mode="lpt-ffd", **bad)
+
+
 def test_warm_starts_and_commit():
     """Same N and shape -> the previous layout seeds; other samples -> only the placement
     seeds (with the certificate's layout); commit=False changes nothing."""
