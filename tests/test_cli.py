@@ -48,6 +48,21 @@ def test_default_instance_and_show(capsys):
     assert _json(capsys)["samples"] == 128
 
 
+def test_show_plan_gap_split(tmp_path, capsys):
+    """``show --plan``: the plan's score, the bound for its placement, the gap and its split
+    (attention + expert + spread - bound_slack = gap)."""
+    plan = str(tmp_path / "p.json")
+    assert main(["plan", "--solver", "lpt-ffd", "-o", plan]) == 0
+    capsys.readouterr()
+    assert main(["show", "--plan", plan, "--json"]) == 0
+    out = _json(capsys)["plan"]
+    split = out["gap_split"]
+    assert out["bound"][0] <= out["score"][0]
+    assert abs(split["attention"] + split["expert"] + split["spread"] - split["bound_slack"] - out["gap"]) < 1e-9
+    assert main(["show", "--plan", plan]) == 0
+    assert "gap" in capsys.readouterr().out
+
+
 def test_unknown_solver_and_objective(capsys):
     assert main(["plan", "--solver", "magic"]) == 2
     assert "solver: unknown solver 'magic'" in capsys.readouterr().err

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cost import cost_bounds, layout_costs, rank_load
+from ..cost import cost_bounds, get_objective, layout_costs, rank_load
 from ..io import load_plan
+from ..result import relative_gap
 from ..solution import Placement
 from ._common import add_json, emit_json, open_instance, table
 
@@ -41,8 +42,14 @@ def run(args) -> int:
         plan = load_plan(args.plan, instance)
         costs = layout_costs(instance, plan.placement, plan.layout)
         rows = [[r, *(f"{x:.4g}" for x in costs.joint[r])] for r in range(plan.num_rows)]
-        info["plan"] = {"rows": plan.num_rows, "J": costs.joint.tolist(),
-                        "bound": cost_bounds(instance, plan.num_rows, plan.placement).objective(plan.objective)}
+        bounds = cost_bounds(instance, plan.num_rows, plan.placement)   # for the plan's placement
+        score = get_objective(plan.objective).evaluate(costs)
+        bound = bounds.objective(plan.objective)
+        info["plan"] = {"rows": plan.num_rows, "J": costs.joint.tolist(), "score": list(score), "bound": bound,
+                        "gap": relative_gap(score[0], bound[0]),
+                        # where the primary sits above the bound, in the gap's units
+                        "gap_split": {k: v / max(abs(score[0]), 1e-300)
+                                      for k, v in bounds.gap_split(costs, plan.objective).items()}}
     if args.json:
         emit_json(info)
         return 0
@@ -55,4 +62,8 @@ def run(args) -> int:
     print(f"gamma {instance.cost.gamma:.6g}")
     if rows is not None:
         print(table(["row"] + [f"J[g={g}]" for g in range(c.edp)], rows))
+        pl = info["plan"]
+        print(f"{plan.objective} primary {pl['score'][0]:.6g}, bound for this placement {pl['bound'][0]:.6g}, "
+              f"gap {100 * pl['gap']:.3f} %: "
+              + ", ".join(f"{k} {100 * v:.3f} %" for k, v in pl["gap_split"].items()))
     return 0
