@@ -237,7 +237,9 @@ class Planner:
                 f"mode {mode!r} chooses its own placement; use heuristic, exact or auto")
         require(not (keep_placement and self.solver_options.get("refine")), "solver_options",
                 "refine=True changes the placement, keep_placement=True keeps it: choose one")
-        require(migration_cost is None or (np.isfinite(migration_cost) and migration_cost >= 0), "migration_cost",
+        require(migration_cost is None or (isinstance(migration_cost, (int, float, np.number))
+                                           and not isinstance(migration_cost, bool)
+                                           and np.isfinite(migration_cost) and migration_cost >= 0), "migration_cost",
                 f"must be None or a finite number >= 0, got {migration_cost!r}")
         require(isinstance(migration_horizon, (int, np.integer)) and migration_horizon >= 1, "migration_horizon",
                 f"must be an integer >= 1, got {migration_horizon!r}")

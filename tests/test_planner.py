@@ -92,7 +92,8 @@ def test_migration_cost_decides_whether_experts_move():
     assert np.array_equal(adopted.placement.ranks, moved.placement.ranks)
     assert adopted.stats["migration_decision"]["migrate"] is True
     json.dumps(_jsonable(kept.to_dict()))
-    for bad in ({"migration_cost": -1.0}, {"migration_cost": float("nan")}, {"migration_horizon": 0}):
+    for bad in ({"migration_cost": -1.0}, {"migration_cost": float("nan")}, {"migration_cost": "fast"},
+                {"migration_horizon": 0}):
         with pytest.raises(InputError):
             Planner(cluster, COST, mode="lpt-ffd", **bad)
 
