@@ -224,6 +224,17 @@ def test_bench_refine_script(capsys):
     assert rows[0]["swaps"] == 0
 
 
+def test_bench_lumpiness_script(capsys):
+    """scripts/bench_lumpiness.py on a 96-sample window: the plan's blocks are no better
+    balanced than the aggregate loads allow, and expert-only swaps never raise the excess."""
+    assert load_script("bench_lumpiness").main(["--samples", "96", "--dp", "8", "--edp", "2", "--ep", "8",
+                                               "--time-limit", "1", "--swap-seconds", "0.5", "--random", "2",
+                                               "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["plan"] >= out["aggregate"] - 1e-12 and len(out["random"]) == 2
+    assert out["expert_swaps"] <= out["plan"] + 1e-12 and out["swap_pairs"] >= 1
+
+
 @pytest.mark.parametrize("name", ["question_objective", "question_replay_lag", "question_control",
                                   "question_sensitivity"])
 def test_question_scripts(name, tmp_path, capsys):
