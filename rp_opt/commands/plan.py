@@ -79,7 +79,7 @@ def run(args) -> int:
         print(result.summary())
         stats = result.stats
         extra = [[k, v] for k, v in stats.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)]
-        # the gap to the lower bound, split (fractions of the bound)
+        # where the gap sits (rp_opt.cost.CostBounds.gap_split, in the gap's units)
         extra += [[f"gap: {k}", f"{100 * v:.4f} %"] for k, v in (stats.get("gap_split") or {}).items()]
         if extra:
             print(table(["stat", "value"], extra))

@@ -63,7 +63,9 @@ def run(args) -> int:
     if rows is not None:
         print(table(["row"] + [f"J[g={g}]" for g in range(c.edp)], rows))
         pl = info["plan"]
-        print(f"{plan.objective} primary {pl['score'][0]:.6g}, bound for this placement {pl['bound'][0]:.6g}, "
-              f"gap {100 * pl['gap']:.3f} %: "
-              + ", ".join(f"{k} {100 * v:.3f} %" for k, v in pl["gap_split"].items()))
+        line = f"{plan.objective} primary {pl['score'][0]:.6g}, bound for this placement {pl['bound'][0]:.6g}"
+        if pl["gap"] is not None:
+            line += f", gap {100 * pl['gap']:.3f} %: " + ", ".join(f"{k} {100 * v:.3f} %"
+                                                                for k, v in pl["gap_split"].items())
+        print(line)
     return 0
