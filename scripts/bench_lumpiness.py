@@ -29,10 +29,9 @@ import time
 
 import numpy as np
 
-from rp_opt import synth
+from rp_opt.bench.suites import add_window_arguments, window_from_arguments
 from rp_opt.check import check
 from rp_opt.cost import block_of, rank_demand
-from rp_opt.io import load_instance
 from rp_opt.solvers import get_solver
 
 
@@ -75,19 +74,14 @@ def expert_swaps(demand_by_rank: np.ndarray, block: np.ndarray, num_blocks: int,
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--window", help=".npz instance (default: generate one)")
-    ap.add_argument("--samples", type=int, default=4096)
-    ap.add_argument("--dp", type=int, default=64)
-    ap.add_argument("--edp", type=int, default=8)
-    ap.add_argument("--ep", type=int, default=8)
+    add_window_arguments(ap)
     ap.add_argument("--time-limit", type=float, default=5.0, help="seconds of the heuristic plan")
     ap.add_argument("--swap-seconds", type=float, default=60.0)
     ap.add_argument("--random", type=int, default=3, help="random re-assignments")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    inst = load_instance(args.window) if args.window else synth.generate(
-        model="ling-flash-like", samples=args.samples, dp=args.dp, edp=args.edp, ep=args.ep, capacity=32768, seed=0)
+    inst = window_from_arguments(args)
     res = get_solver("heuristic")(inst, objective="sync", time_limit=args.time_limit, seed=args.seed,
                                   report_baseline=False)
     assert check(inst, res.plan).valid

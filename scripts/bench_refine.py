@@ -18,19 +18,14 @@ import argparse
 import json
 import time
 
-from rp_opt import synth
+from rp_opt.bench.suites import add_window_arguments, window_from_arguments
 from rp_opt.check import check
-from rp_opt.io import load_instance
 from rp_opt.solvers import get_solver
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--window", help=".npz instance (default: generate one)")
-    ap.add_argument("--samples", type=int, default=4096)
-    ap.add_argument("--dp", type=int, default=64)
-    ap.add_argument("--edp", type=int, default=8)
-    ap.add_argument("--ep", type=int, default=8)
+    add_window_arguments(ap)
     ap.add_argument("--limits", type=float, nargs="+", default=[5.0, 20.0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--objective", default="sync")
@@ -38,11 +33,7 @@ def main(argv=None) -> int:
                     help="processes of the block search (fixed: by default the heuristic picks 1 or 2 from the load)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    if args.window:
-        inst = load_instance(args.window)
-    else:
-        inst = synth.generate(model="ling-flash-like", samples=args.samples, dp=args.dp, edp=args.edp, ep=args.ep,
-                              capacity=32768, seed=0)
+    inst = window_from_arguments(args)
     rows = []
     if not args.json:
         print("| limit s | seed | refine | seconds | primary | gap to bound % | attention % | expert % | spread % "

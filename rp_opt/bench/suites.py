@@ -170,3 +170,24 @@ def suite(name: str, seeds=None) -> list[InstanceSpec]:
     if name not in _SUITES:
         raise InputError("suite", f"unknown suite {name!r}; known: {', '.join(_SUITES)}")
     return _SUITES[name]() if seeds is None else _SUITES[name](tuple(seeds))
+
+
+def add_window_arguments(parser) -> None:
+    """``--window FILE.npz`` or the generated ling-flash-like window of the production
+    scripts (``--samples``, ``--dp``, ``--edp``, ``--ep``; C = 32768, seed 0)."""
+    parser.add_argument("--window", help=".npz instance (default: generate one)")
+    parser.add_argument("--samples", type=int, default=4096)
+    parser.add_argument("--dp", type=int, default=64)
+    parser.add_argument("--edp", type=int, default=8)
+    parser.add_argument("--ep", type=int, default=8)
+
+
+def window_from_arguments(args) -> Instance:
+    """The instance :func:`add_window_arguments` describes."""
+    from ..io import load_instance
+    from ..synth import generate
+
+    if args.window:
+        return load_instance(args.window)
+    return generate(model="ling-flash-like", samples=args.samples, dp=args.dp, edp=args.edp, ep=args.ep,
+                    capacity=32768, seed=0)
