@@ -364,7 +364,6 @@ def _fractional_knapsack(weights: np.ndarray, values: np.ndarray, capacities: np
     cum_w = np.concatenate([[0.0], np.cumsum(w)])
     cum_v = np.concatenate([[0.0], np.cumsum(v)])
     whole = np.searchsorted(cum_w, capacities, side="right") - 1          # items that fit whole
-    whole = np.minimum(whole, w.size)
     rest = capacities - cum_w[whole]
     ratio = np.concatenate([v / w, [0.0]])[whole]
     return cum_v[whole] + np.maximum(rest, 0.0) * ratio
@@ -467,12 +466,13 @@ class CostBounds:
         single = float(np.max(agg.attention * self.sample_attention + agg.expert * self.sample_expert))
         return max(total / self._means(agg), single)
 
-    def gap_split(self, costs: Costs, objective) -> dict:
+    def gap_split(self, costs: Costs, objective, relative: bool = False) -> dict:
         """Where a plan's primary sits above this bound, in cost units of the primary:
         ``attention`` and ``expert`` (the totals above their bounds, weighted as the
         primary's aggregates average them) and ``spread`` (the primary's maxima above the
         means of the entries they reduce) add up to primary - bound + ``bound_slack``
-        (>= 0: how far the single-sample bound lifts the bound above the averaged totals)."""
+        (>= 0: how far the single-sample bound lifts the bound above the averaged totals).
+        ``relative``: divided by |primary|, the units of :func:`rp_opt.result.relative_gap`."""
         level = get_objective(objective).levels[0]
         att = float(costs.attention.sum()) - self.attention_total
         exp = float(costs.expert.sum()) - self.expert_total
@@ -485,6 +485,9 @@ class CostBounds:
             out["spread"] += coef * (agg.evaluate(costs) - total / n)
             averaged = (agg.attention * self.attention_total + agg.expert * self.expert_total) / n
             out["bound_slack"] += coef * (self.aggregate(agg) - averaged)
+        if relative:
+            primary = abs(get_objective(objective).evaluate(costs)[0])
+            out = {key: part / max(primary, 1e-300) for key, part in out.items()}
         return out
 
     def objective(self, objective) -> tuple[float, ...]:

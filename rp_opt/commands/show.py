@@ -48,8 +48,7 @@ def run(args) -> int:
         info["plan"] = {"rows": plan.num_rows, "J": costs.joint.tolist(), "score": list(score), "bound": bound,
                         "gap": relative_gap(score[0], bound[0]),
                         # where the primary sits above the bound, in the gap's units
-                        "gap_split": {k: v / max(abs(score[0]), 1e-300)
-                                      for k, v in bounds.gap_split(costs, plan.objective).items()}}
+                        "gap_split": bounds.gap_split(costs, plan.objective, relative=True)}
     if args.json:
         emit_json(info)
         return 0

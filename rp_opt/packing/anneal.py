@@ -924,8 +924,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     value = objective.evaluate(costs)
     # where the primary sits above the lower bound, in the gap's units (fractions of the
     # primary, rp_opt.result.relative_gap): attention + expert + spread - bound_slack = gap
-    stats["gap_split"] = {key: part / max(abs(value[0]), 1e-300)
-                          for key, part in lower_bounds.gap_split(costs, objective).items()}
+    stats["gap_split"] = lower_bounds.gap_split(costs, objective, relative=True)
     stats["primary_proven"] = bool(stats["lower_bound"] >= value[0] * (1 - 1e-9))
     timings["score"] = time.perf_counter() - t
     result = Result(FEASIBLE, Plan(placement, layout, objective.name, value, stats), value, stats["lower_bound"],
