@@ -18,7 +18,6 @@ from ..window import Window
 from .lpt import _check_load, layer_rank_loads, lpt_ranks
 
 
-
 def _swap(load, ranks, totals, layer, a, b) -> None:
     """Swap experts a and b (one pair per entry of ``layer``) between their ranks, in place,
     keeping the rank totals L[l, p] up to date."""
@@ -27,6 +26,7 @@ def _swap(load, ranks, totals, layer, a, b) -> None:
     ranks[layer, a], ranks[layer, b] = q, p
     totals[layer, p] -= delta
     totals[layer, q] += delta
+
 
 def local_search_ranks(load: np.ndarray, ranks: np.ndarray, num_ranks: int,
                        max_sweeps: int | None = None, moves: str = "max") -> np.ndarray:
