@@ -34,6 +34,7 @@ import numpy as np
 from rp_opt.check import check
 from rp_opt.cost import cost_bounds
 from rp_opt.packing.exact import default_num_rows, default_placement, solve_packing
+from rp_opt.packing.exact.cpsat_model import PROOF_SUBSOLVERS
 from rp_opt.solvers import get_solver
 from rp_opt.synth import generate
 from rp_opt.window import Cluster
@@ -44,14 +45,14 @@ def window(n, g, seed, layers=8, experts=16, capacity=16384):
                     experts=experts, seed=seed)
 
 
-def run_packing(spec: str, time_limit: float, seed: int, workers: int):
+def run_packing(spec: str, time_limit: float, seed: int, workers: int | None, subsolvers):
     n, g, objective, backend, sym = spec.split(":")
     inst = window(int(n), int(g), seed)
     rows = default_num_rows(inst)
     place = default_placement(inst)
     t0 = time.perf_counter()
     res = solve_packing(inst, place, rows, objective=objective, backend=backend, symmetry=bool(int(sym)),
-                        time_limit=time_limit, seed=seed, workers=workers)
+                        time_limit=time_limit, seed=seed, workers=workers, subsolvers=subsolvers)
     secs = time.perf_counter() - t0
     rep = check(inst, res.plan, num_rows=rows)
     gap = res.gap
@@ -171,7 +172,11 @@ def main():
                                                    "32:1:sync:cpsat:1", "64:2:sync:cpsat:1"])
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--workers", type=int, default=None,
+                    help="CP-SAT workers (default: one per subsolver, 8 with --subsolvers cpsat)")
+    ap.add_argument("--subsolvers", nargs="*", default=None,
+                    help="CP-SAT full-problem workers by name, or 'cpsat' for CP-SAT's own portfolio "
+                         "(default: rp_opt.packing.exact.cpsat_model.PROOF_SUBSOLVERS)")
     ap.add_argument("--joint", type=int, default=0, help="number of tiny windows (per G) for the joint comparison")
     ap.add_argument("--expert-ratio", type=float, default=2.0)
     ap.add_argument("--objective", default="sync", help="objective of the joint comparison")
@@ -183,8 +188,12 @@ def main():
     if args.runs:
         print("|   N | G | R | obj   | back  | sym | status   | secs   | score | bound | gap % | valid |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        if args.subsolvers is None:
+            subsolvers = PROOF_SUBSOLVERS
+        else:
+            subsolvers = None if args.subsolvers == ["cpsat"] else tuple(args.subsolvers)
         for spec in args.runs:
-            run_packing(spec, args.time_limit, args.seed, args.workers)
+            run_packing(spec, args.time_limit, args.seed, args.workers, subsolvers)
     if args.joint:
         run_joint(args.joint, args.time_limit, args.expert_ratio, args.objective, args.joint_experts,
                   args.joint_ranks, args.joint_layers)

@@ -10,10 +10,12 @@ linearised generically) and solve the objective's levels in sequence:
 * ``highs`` (:mod:`.pyomo_model`): Pyomo + HiGHS on the float costs.
 
 Before the model runs, :func:`solve_packing` takes the better of a greedy layout and a
-short run of the ``heuristic`` planner as the start, and bounds level 1 by a partial LP
-relaxation (:func:`.pyomo_model.relaxation_bound`: the costliest samples binary, the rest
-continuous; much tighter than the compact model's LP, which only sees the averages). Levels
-that are the same function of J as an earlier one for this R and G are not solved again.
+short run of the ``heuristic`` planner as the start. CP-SAT searches longest sample first
+with the proof-oriented workers of :data:`.cpsat_model.PROOF_SUBSOLVERS`; when level 1
+ends unproven, a partial LP relaxation bounds it (:func:`.pyomo_model.relaxation_bound`:
+the costliest samples binary, the rest continuous; much tighter than the compact model's
+LP, which only sees the averages). Levels that are the same function of J as an earlier
+one for this R and G are not solved again.
 
 :mod:`.joint` chooses placement and packing together for tiny windows. Both planners are
 registered (``exact``, ``joint``) in :mod:`rp_opt.solvers`.
@@ -33,6 +35,7 @@ from ...solvers import register_solver
 from ...window import Instance
 from .common import (Budget, PackingData, canonical_layout, greedy_layout, layout_valid, packing_data,
                      symmetry_mode)
+from .cpsat_model import PROOF_SUBSOLVERS
 
 log = logging.getLogger("rp_opt")
 
@@ -138,7 +141,8 @@ def _heuristic_layout(instance, placement, num_rows, obj, data, time_limit, seed
 def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, objective="sync",
                   time_limit: float = 60.0, seed: int = 0, start: Layout | None = None,
                   backend: str = "cpsat", symmetry: bool = True, tighten: bool = True,
-                  workers: int = 8, mip_start: bool = False, heuristic_start: bool = True,
+                  workers: int | None = None, subsolvers: tuple[str, ...] | None = PROOF_SUBSOLVERS,
+                  mip_start: bool = False, heuristic_start: bool = True,
                   relax_bound: bool = True, solver_name: str = "exact") -> Result:
     """Optimal layout of ``instance`` for a fixed ``placement`` and ``num_rows`` rows.
 
@@ -157,8 +161,11 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         ``cpsat`` or ``highs``.
     symmetry, tighten
         Symmetry-breaking chains; Eq. 4 and average bounds as constraints.
-    workers
-        CP-SAT workers (HiGHS runs one thread).
+    workers, subsolvers
+        CP-SAT's full-problem workers by name (default
+        :data:`.cpsat_model.PROOF_SUBSOLVERS`, the ones that prove packing windows
+        fastest on the benchmark; None: CP-SAT's own portfolio) and how many (default: one
+        per subsolver, 8 with CP-SAT's portfolio). HiGHS runs one thread.
     heuristic_start
         Without ``start``, also run the production heuristic (``heuristic`` planner, same
         placement and R) for min(5% of the time limit, 0.05 s per sample, 5 s) and start
@@ -166,11 +173,11 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         good layouts of large windows slowly: N = 64, G = 2, sync: 32618 after 60 s of
         CP-SAT, 31648 after 1 s of the heuristic).
     relax_bound
-        When a first short CP-SAT solve does not prove level 1 (HiGHS backend: always),
-        bound level 1 by a partial LP relaxation (the 8 costliest samples binary,
-        the others continuous; :func:`.pyomo_model.relaxation_bound`, HiGHS, at most 25%
-        of the time, 20 s; samples fractional in its optimum are made binary and it is solved
-        again); the bound is reported and given to CP-SAT as a constraint.
+        When CP-SAT ends level 1 unproven (HiGHS backend: always, first), bound level 1 by
+        a partial LP relaxation (the 8 costliest samples binary, the others continuous;
+        :func:`.pyomo_model.relaxation_bound`, HiGHS, at most 80% of the time left, 20 s;
+        samples fractional in its optimum are made binary and it is solved again); the
+        bound is reported, and proves level 1 when it meets the plan's value.
     mip_start
         HiGHS only: pass ``start`` as a MIP start (HiGHS then runs without presolve, see
         :mod:`.pyomo_model` for the HiGHS 1.16 bug this avoids); CP-SAT always gets hints.
@@ -222,7 +229,7 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
             bound, stats["relaxation"], _ = relaxation_bound(
                 data, obj, mode, eq4=rank_load(window, placement).max(axis=1) if eq4 is None else eq4,
                 integral=min(data.num_samples, 8),
-                time_limit=min(0.25 * budget.left(), 20.0), seed=seed)
+                time_limit=min(0.8 * budget.left(), 20.0), seed=seed)
             return bound
 
         if backend == "highs":
@@ -232,7 +239,8 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
 
         builder = CpsatPacking(data, obj, mode, tighten=tighten, eq4=eq4)
         stats["scale"] = {"K": builder.scale.K, "att_mult": builder.scale.att_mult, "gamma_int": builder.scale.gamma_int}
-        out = builder.solve(budget, seed=seed, workers=workers, start=start, floor=relaxation)
+        out = builder.solve(budget, seed=seed, workers=workers, subsolvers=subsolvers, start=start,
+                            extra_bound=relaxation)
     else:
         from .pyomo_model import PyomoPacking
 
@@ -308,11 +316,13 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
     backend
         ``cpsat`` (default, faster in the measurements of ``scripts/bench_exact.py``) or ``highs``.
     options
-        ``symmetry`` (bool), ``tighten`` (bool), ``workers`` (int), ``mip_start`` (bool), ``heuristic_start`` (bool), ``relax_bound`` (bool): see
+        ``symmetry`` (bool), ``tighten`` (bool), ``workers`` (int), ``subsolvers`` (names or None),
+        ``mip_start`` (bool), ``heuristic_start`` (bool), ``relax_bound`` (bool): see
         :func:`solve_packing`.
     """
     t0 = time.perf_counter()
-    unknown = set(options) - {"symmetry", "tighten", "workers", "mip_start", "heuristic_start", "relax_bound"}
+    unknown = set(options) - {"symmetry", "tighten", "workers", "subsolvers", "mip_start", "heuristic_start",
+                              "relax_bound"}
     require(not unknown, "options", f"unknown option(s) {sorted(unknown)} for solver exact")
     require(time_limit is not None and time_limit > 0, "time_limit", f"must be > 0, got {time_limit!r}")
     if placement is None:

@@ -31,6 +31,16 @@ from .common import (Budget, PackingData, aggregate_count, integer_scale, level_
 
 log = logging.getLogger("rp_opt")
 
+# CP-SAT workers for a proof (``parameters.subsolvers``). On the 2-core benchmark machine
+# the default 8-worker portfolio (6 full-problem workers plus LNS) spends most of its time
+# improving a start that is usually optimal already; the proof of a packing window comes
+# from search workers following the largest-first strategy (see CpsatPacking), the LP ones
+# add the bound of the averages. Measured on the N = 24, G = 1, sync window of
+# scripts/bench_exact.py, level 1 alone: 88 s to prove with the default portfolio, 60 s
+# with the strategy, 36 s with these four minus quick_restart_no_lp plus max_lp, 30 s
+# with these four.
+PROOF_SUBSOLVERS = ("no_lp", "fixed", "default_lp", "quick_restart_no_lp")
+
 
 @dataclass
 class LevelOutcome:
@@ -104,6 +114,12 @@ class CpsatPacking:
         self.cells_of = [[c for c in range(data.num_cells) if (i, c) in y] for i in range(N)]
         self.members = [[i for i in range(N) if (i, c) in y] for c in range(data.num_cells)]
         T = data.lengths
+        # search: the longest sample first, into the first cell it may take (first fit
+        # decreasing, the order that makes a packing proof short: long samples decide
+        # which cells are full and which maxima are set)
+        order = np.argsort(-T, kind="stable")
+        m.add_decision_strategy([y[i, c] for i in order for c in self.cells_of[i]], cp_model.CHOOSE_FIRST,
+                                cp_model.SELECT_MAX_VALUE)
         # sum_c y[i,c] = 1                               (every sample in exactly one cell)
         for i in range(N):
             m.add_exactly_one([y[i, c] for c in self.cells_of[i]])
@@ -281,18 +297,22 @@ class CpsatPacking:
                     break
         return Layout(cell_of, self.data.num_rows, self.data.num_slots)
 
-    def solve(self, budget: Budget, *, seed: int = 0, workers: int = 8, start: Layout | None = None,
+    def solve(self, budget: Budget, *, seed: int = 0, workers: int | None = None,
+              subsolvers: tuple[str, ...] | None = PROOF_SUBSOLVERS, start: Layout | None = None,
               extra_hint=None, on_solution=None, params: dict | None = None,
-              floor: float | None = None) -> SolveOutcome:
+              extra_bound=None) -> SolveOutcome:
         """Lexicographic sequence of solves within ``budget``.
+
+        ``subsolvers``: CP-SAT's full-problem workers by name (default
+        :data:`PROOF_SUBSOLVERS`; None: CP-SAT's own portfolio); ``workers``: how many
+        (default: one per subsolver, 8 with CP-SAT's portfolio).
 
         ``extra_hint(solver or None) -> dict var -> value`` adds hints for the caller's own
         variables (the joint model's placement); ``on_solution(solver)`` reads them back.
-        ``params`` sets further CP-SAT parameters by name. ``floor``: a valid lower bound of
-        level 1 in cost units, or a function returning one (or None), called only when a
-        first short solve (10% of the budget, at least 1 s) does not prove level 1; it is
-        added as level_1_int >= unit (floor - rounding) (every layout's integer value is
-        within the rounding of unit times its true value) and level 1 is solved again.
+        ``params`` sets further CP-SAT parameters by name. ``extra_bound()`` is called once
+        when level 1 ends unproven, before the later levels (which get the time left): the
+        caller computes and reports a bound of its own there (:func:`.solve_packing`: the
+        partial LP relaxation).
         """
         m = self.model
         outcomes, layout, extra = [], None, {}
@@ -303,7 +323,9 @@ class CpsatPacking:
         def run(expr, limit):
             solver = cp_model.CpSolver()
             solver.parameters.max_time_in_seconds = limit
-            solver.parameters.num_workers = workers
+            solver.parameters.num_workers = workers or (len(subsolvers) if subsolvers else 8)
+            if subsolvers:
+                solver.parameters.subsolvers.extend(subsolvers)
             solver.parameters.random_seed = seed
             for key, val in (params or {}).items():
                 setattr(solver.parameters, key, val)
@@ -314,28 +336,21 @@ class CpsatPacking:
             expr, unit, err = self.levels[k]
             limit = budget.for_level(pos, n)
             t0 = time.perf_counter()
-            if pos == 0 and floor is not None:
-                # a first short try; when it does not prove level 1, get the floor (e.g.
-                # the relaxation bound) and solve again with it
-                solver, status = run(expr, min(limit, max(1.0, 0.1 * budget.seconds)))
-                first_bound = solver.best_objective_bound if status == cp_model.FEASIBLE else None
-                if status in (cp_model.FEASIBLE, cp_model.UNKNOWN) and budget.left() > 0.1:
-                    value = floor() if callable(floor) else floor
-                    if value is not None:
-                        m.add(expr >= math.floor(unit * (value - err)) - 1)
-                    if status == cp_model.FEASIBLE:
-                        self._hint_from(solver, extra_hint)
-                    solver, status = run(expr, budget.for_level(pos, n))
-            else:
-                solver, status, first_bound = *run(expr, limit), None
+            solver, status = run(expr, limit)
             secs = time.perf_counter() - t0
+            if pos == 0 and extra_bound is not None and status in (cp_model.FEASIBLE, cp_model.UNKNOWN):
+                # level 1 unproven: a bound of another kind (e.g. the relaxation) before the
+                # later levels take what is left. Not a constraint of the search: on the
+                # benchmark that cost more time than it pruned (N = 20, G = 2, sync window
+                # of scripts/bench_exact.py: level 1 proven in 13 s without it, in 33 s
+                # with a first short solve, the relaxation and a second solve)
+                extra_bound()
             name = solver.status_name(status)
             stats = {"status": name, "seconds": secs, "limit": limit, "branches": solver.num_branches,
                      "conflicts": solver.num_conflicts}
             if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 value = round(solver.objective_value)
-                # the first try's proven bound stays valid (the second solve restarts)
-                bound = max(solver.best_objective_bound, first_bound if first_bound is not None else -math.inf)
+                bound = solver.best_objective_bound
                 outcomes.append(LevelOutcome("optimal" if status == cp_model.OPTIMAL else "feasible",
                                              value / unit, bound / unit, secs, stats))
                 layout = self.layout_from(solver)

@@ -40,7 +40,7 @@ def canonical_placement(placement: Placement) -> Placement:
 
 def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.0, seed: int = 0,
                 warm_start: Plan | None = None, num_rows: int | None = None, symmetry: bool = True,
-                workers: int = 8, **options) -> Result:
+                workers: int | None = None, **options) -> Result:
     """Placement and layout together, exactly (CP-SAT). Tiny windows only.
 
     Parameters are those of :func:`rp_opt.packing.exact.solve_exact`; ``warm_start`` gives
