@@ -276,3 +276,33 @@ def test_highs_mip_start_reaches_optimum():
     ref = solve_packing(inst, place, 2, objective="shard", backend="cpsat", time_limit=30)
     assert ref.status == "optimal"
     assert_lex_close(res.score, ref.score)
+
+
+def test_relaxation_bound_only_after_level_one_is_unproven():
+    """CP-SAT calls the partial LP relaxation only when level 1 ends unproven: a 7-sample
+    window is proven without it; a 40-sample window cut off after 3 s gets it, and the
+    reported bound is at least its value and at most the score."""
+    small = make_window(7, D=2, G=2, seed=6)
+    res = solve_packing(small, Placement.identity(2, 4, 2), 2, objective="sync", time_limit=20)
+    checked(small, res)
+    assert res.status == "optimal" and "relaxation" not in res.stats
+    big = make_window(40, D=4, G=2, L=4, E=8, P=4, C=120, seed=5)
+    res = solve_packing(big, Placement.identity(4, 8, 4), 3, objective="sync", time_limit=3)
+    checked(big, res, num_rows=3)
+    assert res.stats["levels"][0]["status"] == "FEASIBLE" and "relaxation" in res.stats  # CP-SAT status name
+    relaxed = res.stats["relaxation"]["bound"]
+    if relaxed is not None:
+        assert relaxed <= res.score[0] + 1e-9 and res.bound >= relaxed - 1e-9
+    assert res.bound <= res.score[0] + 1e-9
+
+
+@pytest.mark.parametrize("subsolvers,workers", [(None, 2), (("no_lp",), 1)])
+def test_cpsat_portfolio_choice_keeps_optimum(subsolvers, workers):
+    """CP-SAT's own portfolio (``subsolvers=None``) and a single named worker reach the
+    brute-force optimum as the default proof workers do."""
+    inst = make_window(7, D=2, G=2, seed=2)
+    place = Placement.identity(2, 4, 2)
+    res = solve_packing(inst, place, 2, objective="shard", time_limit=20, subsolvers=subsolvers, workers=workers)
+    checked(inst, res)
+    assert res.status == "optimal"
+    assert_lex_close(res.score, brute_force(inst, place, 2, "shard"))
