@@ -164,8 +164,9 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     workers, subsolvers
         CP-SAT's full-problem workers by name (default
         :data:`.cpsat_model.PROOF_SUBSOLVERS`, the ones that prove packing windows
-        fastest on the benchmark; None: CP-SAT's own portfolio) and how many (default: one
-        per subsolver, 8 with CP-SAT's portfolio). HiGHS runs one thread.
+        fastest on the benchmark; None: CP-SAT's own portfolio) and its threads (default:
+        one per subsolver plus one for its interleaved LNS, 8 with CP-SAT's portfolio).
+        HiGHS runs one thread.
     heuristic_start
         Without ``start``, also run the production heuristic (``heuristic`` planner, same
         placement and R) for min(5% of the time limit, 0.05 s per sample, 5 s) and start

@@ -31,15 +31,16 @@ from .common import (Budget, PackingData, aggregate_count, integer_scale, level_
 
 log = logging.getLogger("rp_opt")
 
-# CP-SAT workers for a proof (``parameters.subsolvers``). On the 2-core benchmark machine
-# the default 8-worker portfolio (6 full-problem workers plus LNS) spends most of its time
-# improving a start that is usually optimal already; the proof of a packing window comes
-# from search workers following the largest-first strategy (see CpsatPacking), the LP ones
-# add the bound of the averages. Measured on the N = 24, G = 1, sync window of
-# scripts/bench_exact.py, level 1 alone: 88 s to prove with the default portfolio, 60 s
-# with the strategy, 36 s with these four minus quick_restart_no_lp plus max_lp, 30 s
-# with these four.
-PROOF_SUBSOLVERS = ("no_lp", "fixed", "default_lp", "quick_restart_no_lp")
+# CP-SAT full-problem workers for a proof (``parameters.subsolvers``); CP-SAT gives one
+# more worker to its interleaved subsolvers (LNS, local search), which improve the start.
+# On the 2-core benchmark machine the default 8-worker portfolio (6 full-problem workers
+# plus LNS) spends most of its time improving a start that is often optimal already; the
+# proof of a packing window comes from search workers following the longest-first strategy
+# (see CpsatPacking), the LP one adds the bound of the averages. Measured on the N = 24,
+# G = 1, sync window of scripts/bench_exact.py, level 1 alone: 88 s to prove with the
+# default portfolio, 60 s with the strategy, 30 and 36 s (two runs) with these three plus
+# the interleaved worker.
+PROOF_SUBSOLVERS = ("default_lp", "fixed", "no_lp")
 
 
 @dataclass
@@ -305,7 +306,9 @@ class CpsatPacking:
 
         ``subsolvers``: CP-SAT's full-problem workers by name (default
         :data:`PROOF_SUBSOLVERS`; None: CP-SAT's own portfolio); ``workers``: how many
-        (default: one per subsolver, 8 with CP-SAT's portfolio).
+        threads (default: one per subsolver plus one for CP-SAT's interleaved LNS, 8 with
+        CP-SAT's portfolio; CP-SAT keeps one of them for LNS, so with two or fewer only
+        the first named subsolver searches).
 
         ``extra_hint(solver or None) -> dict var -> value`` adds hints for the caller's own
         variables (the joint model's placement); ``on_solution(solver)`` reads them back.
@@ -323,7 +326,7 @@ class CpsatPacking:
         def run(expr, limit):
             solver = cp_model.CpSolver()
             solver.parameters.max_time_in_seconds = limit
-            solver.parameters.num_workers = workers or (len(subsolvers) if subsolvers else 8)
+            solver.parameters.num_workers = workers or (len(subsolvers) + 1 if subsolvers else 8)
             if subsolvers:
                 solver.parameters.subsolvers.extend(subsolvers)
             solver.parameters.random_seed = seed
