@@ -5,6 +5,7 @@ Usage::
     python scripts/bench_exact.py --runs 24:2:sync:cpsat:1 32:1:sync:cpsat:0 --time-limit 60
     python scripts/bench_exact.py --runs --joint 30 --time-limit 30
     python scripts/bench_exact.py --runs --highs-start-repro /tmp/repro
+    python scripts/bench_exact.py --runs 24:1:sync:cpsat:1 --subsolvers cpsat   # CP-SAT's own portfolio
 
 A run is N:G:objective:backend:symmetry. Windows come from rp_opt.synth.generate
 (ling-tiny-like, D=4, P=4, L=8, E=16, capacity 16384) with the LPT placement (identity
@@ -173,7 +174,7 @@ def main():
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=None,
-                    help="CP-SAT workers (default: one per subsolver, 8 with --subsolvers cpsat)")
+                    help="CP-SAT threads (default: one per subsolver plus one for its LNS, 8 with --subsolvers cpsat)")
     ap.add_argument("--subsolvers", nargs="*", default=None,
                     help="CP-SAT full-problem workers by name, or 'cpsat' for CP-SAT's own portfolio "
                          "(default: rp_opt.packing.exact.cpsat_model.PROOF_SUBSOLVERS)")
