@@ -306,3 +306,20 @@ def test_cpsat_portfolio_choice_keeps_optimum(subsolvers, workers):
     checked(inst, res)
     assert res.status == "optimal"
     assert_lex_close(res.score, brute_force(inst, place, 2, "shard"))
+
+
+def test_subsolver_errors_are_one_line_input_errors():
+    """A name CP-SAT does not know, a value that is not names, or zero workers: an
+    InputError naming the field (never a silent "no solution")."""
+    from rp_opt.errors import InputError
+
+    inst = make_window(6, D=2, G=2, seed=8)
+    place = Placement.identity(2, 4, 2)
+    for bad, field in ((dict(subsolvers="bogus"), "subsolvers"), (dict(subsolvers=3), "subsolvers"),
+                       (dict(workers=0), "workers")):
+        with pytest.raises(InputError) as err:
+            solve_packing(inst, place, 2, objective="sync", time_limit=5, **bad)
+        assert err.value.field == field
+    res = solve_packing(inst, place, 2, objective="sync", time_limit=20, subsolvers="no_lp,fixed")
+    checked(inst, res)
+    assert res.status == "optimal"

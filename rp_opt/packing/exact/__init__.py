@@ -138,6 +138,18 @@ def _heuristic_layout(instance, placement, num_rows, obj, data, time_limit, seed
     return layout
 
 
+def _subsolver_names(value) -> tuple[str, ...] | None:
+    """``subsolvers`` as CP-SAT takes them: None or ``"cpsat"`` (CP-SAT's own portfolio), a
+    comma-separated string or a sequence of names (CP-SAT itself rejects unknown ones)."""
+    if value is None or value == "cpsat":
+        return None
+    names = value.split(",") if isinstance(value, str) else value
+    require(isinstance(names, (list, tuple)) and len(names) > 0
+            and all(isinstance(x, str) and x.strip() for x in names), "subsolvers",
+            f"must be 'cpsat', a comma-separated string or a list of CP-SAT subsolver names, got {value!r}")
+    return tuple(x.strip() for x in names)
+
+
 def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, objective="sync",
                   time_limit: float = 60.0, seed: int = 0, start: Layout | None = None,
                   backend: str = "cpsat", symmetry: bool = True, tighten: bool = True,
@@ -164,7 +176,8 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     workers, subsolvers
         CP-SAT's full-problem workers by name (default
         :data:`.cpsat_model.PROOF_SUBSOLVERS`, the ones that prove packing windows
-        fastest on the benchmark; None: CP-SAT's own portfolio) and its threads (default:
+        fastest on the benchmark; None or ``"cpsat"``: CP-SAT's own portfolio; a
+        comma-separated string is split) and its threads (default:
         one per subsolver plus one for its interleaved LNS, 8 with CP-SAT's portfolio).
         HiGHS runs one thread.
     heuristic_start
@@ -192,6 +205,9 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     t0 = time.perf_counter()
     obj = get_objective(objective)
     require(backend in BACKENDS, "backend", f"must be one of {BACKENDS}, got {backend!r}")
+    subsolvers = _subsolver_names(subsolvers)
+    require(workers is None or (int(workers) == workers and workers >= 1), "workers",
+            f"must be a positive integer, got {workers!r}")
     require(int(num_rows) == num_rows and num_rows >= 1, "num_rows", f"must be a positive integer, got {num_rows!r}")
     window = instance.window
     data = packing_data(instance, placement, int(num_rows))

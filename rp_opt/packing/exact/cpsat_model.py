@@ -25,6 +25,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from ...cost import Objective, attention_waste
+from ...errors import InputError
 from ...solution import Layout
 from .common import (Budget, PackingData, aggregate_count, integer_scale, level_key, linearize_aggregate, rational,
                      symmetry_chains)
@@ -333,7 +334,12 @@ class CpsatPacking:
             for key, val in (params or {}).items():
                 setattr(solver.parameters, key, val)
             m.minimize(expr)
-            return solver, solver.solve(m)
+            status = solver.solve(m)
+            if status == cp_model.MODEL_INVALID:
+                # e.g. an unknown subsolver name: say so, never a silent "no solution"
+                info = solver.solution_info()
+                raise InputError("subsolvers" if "subsolver" in info else "model", info)
+            return solver, status
 
         for pos, k in enumerate(todo):
             expr, unit, err = self.levels[k]
