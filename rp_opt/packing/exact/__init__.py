@@ -207,8 +207,8 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     obj = get_objective(objective)
     require(backend in BACKENDS, "backend", f"must be one of {BACKENDS}, got {backend!r}")
     subsolvers = _subsolver_names(subsolvers)
-    require(workers is None or (isinstance(workers, numbers.Integral) and not isinstance(workers, bool) and workers >= 1),
-            "workers",
+    whole = isinstance(workers, numbers.Integral) and not isinstance(workers, bool)
+    require(workers is None or (whole and workers >= 1), "workers",
             f"must be a positive integer, got {workers!r}")
     require(int(num_rows) == num_rows and num_rows >= 1, "num_rows", f"must be a positive integer, got {num_rows!r}")
     window = instance.window
