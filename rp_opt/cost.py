@@ -137,11 +137,16 @@ def block_of(layout: Layout, num_shards: int) -> np.ndarray:
 
 
 def block_sums(layout: Layout, values: np.ndarray, num_shards: int) -> np.ndarray:
-    """[R*G, ...]: sum of ``values[i]`` (int64 for integer values) over the samples of every (row, shard) block,
-    one contiguous slice per block after sorting the samples by block (an empty block sums
-    to 0)."""
-    blocks = layout.num_rows * num_shards
-    group = block_of(layout, num_shards)
+    """[R*G, ...]: sum of ``values[i]`` (int64 for integer values) over the samples of every
+    (row, shard) block (:func:`group_sums` over :func:`block_of`)."""
+    return group_sums(block_of(layout, num_shards), values, layout.num_rows * num_shards)
+
+
+def group_sums(group: np.ndarray, values: np.ndarray, num_groups: int) -> np.ndarray:
+    """[num_groups, ...]: sum of ``values[i]`` (int64 for integer values) over the i with
+    ``group[i] == b``, one contiguous slice per group after sorting the samples by group (an
+    empty group sums to 0)."""
+    blocks = int(num_groups)
     order = np.argsort(group, kind="stable")
     bounds = np.searchsorted(group[order], np.arange(blocks + 1))
     dtype = None

@@ -31,15 +31,8 @@ import numpy as np
 
 from rp_opt.bench.suites import add_window_arguments, window_from_arguments
 from rp_opt.check import check
-from rp_opt.cost import block_of, rank_demand
+from rp_opt.cost import block_of, group_sums, rank_demand
 from rp_opt.solvers import get_solver
-
-
-def block_loads(demand_by_rank: np.ndarray, block: np.ndarray, num_blocks: int) -> np.ndarray:
-    """W[b, L, P] = sum of the rank demand [N, L, P] of the samples of each block."""
-    loads = np.zeros((num_blocks,) + demand_by_rank.shape[1:])
-    np.add.at(loads, block, demand_by_rank)
-    return loads
 
 
 def excess(loads: np.ndarray) -> float:
@@ -52,7 +45,7 @@ def expert_swaps(demand_by_rank: np.ndarray, block: np.ndarray, num_blocks: int,
     """Best-improvement swaps between random block pairs on sum_b sum_l max_p W alone
     (every n1 x n2 swap of a pair evaluated at once). Returns (block, pairs, swaps)."""
     block = block.copy()
-    loads = block_loads(demand_by_rank, block, num_blocks)
+    loads = group_sums(block, demand_by_rank, num_blocks)
     deadline = time.perf_counter() + seconds
     pairs = swaps = 0
     while time.perf_counter() < deadline:
@@ -92,10 +85,10 @@ def main(argv=None) -> int:
     out = {"samples": inst.window.num_samples, "blocks": num_blocks,
            "samples_per_block": [int(x) for x in np.percentile(np.bincount(block, minlength=num_blocks), [0, 50, 100])],
            "gap": res.gap, "aggregate": excess(demand.sum(axis=0)),
-           "plan": excess(block_loads(demand, block, num_blocks)),
-           "random": [excess(block_loads(demand, rng.permutation(block), num_blocks)) for _ in range(args.random)]}
+           "plan": excess(group_sums(block, demand, num_blocks)),
+           "random": [excess(group_sums(rng.permutation(block), demand, num_blocks)) for _ in range(args.random)]}
     swapped, pairs, swaps = expert_swaps(demand, block, num_blocks, args.swap_seconds, rng)
-    out.update({"expert_swaps": excess(block_loads(demand, swapped, num_blocks)), "swap_pairs": pairs,
+    out.update({"expert_swaps": excess(group_sums(swapped, demand, num_blocks)), "swap_pairs": pairs,
                 "swaps": swaps, "swap_seconds": args.swap_seconds})
     if args.json:
         print(json.dumps(out, indent=1))
