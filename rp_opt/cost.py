@@ -478,7 +478,8 @@ class CostBounds:
         means of the entries they reduce) add up to primary - bound + ``bound_slack``
         (>= 0: how far the single-sample bound lifts the bound above the averaged totals).
         ``relative``: divided by |primary|, the units of :func:`rp_opt.result.relative_gap`."""
-        level = get_objective(objective).levels[0]
+        objective = get_objective(objective)
+        level = objective.levels[0]
         att = float(costs.attention.sum()) - self.attention_total
         exp = float(costs.expert.sum()) - self.expert_total
         out = {"attention": 0.0, "expert": 0.0, "spread": 0.0, "bound_slack": 0.0}
@@ -491,7 +492,7 @@ class CostBounds:
             averaged = (agg.attention * self.attention_total + agg.expert * self.expert_total) / n
             out["bound_slack"] += coef * (self.aggregate(agg) - averaged)
         if relative:
-            primary = abs(get_objective(objective).evaluate(costs)[0])
+            primary = abs(objective.evaluate(costs)[0])
             out = {key: part / max(primary, 1e-300) for key, part in out.items()}
         return out
 

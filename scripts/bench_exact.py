@@ -189,10 +189,8 @@ def main():
     if args.runs:
         print("|   N | G | R | obj   | back  | sym | status   | secs   | score | bound | gap % | valid |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-        if args.subsolvers is None:
-            subsolvers = PROOF_SUBSOLVERS
-        else:
-            subsolvers = None if args.subsolvers == ["cpsat"] else tuple(args.subsolvers)
+        # solve_packing reads "cpsat" (CP-SAT's own portfolio) and comma-separated names
+        subsolvers = PROOF_SUBSOLVERS if args.subsolvers is None else ",".join(args.subsolvers)
         for spec in args.runs:
             run_packing(spec, args.time_limit, args.seed, args.workers, subsolvers)
     if args.joint:
