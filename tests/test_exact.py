@@ -323,3 +323,37 @@ def test_subsolver_errors_are_one_line_input_errors():
     res = solve_packing(inst, place, 2, objective="sync", time_limit=20, subsolvers="no_lp,fixed")
     checked(inst, res)
     assert res.status == "optimal"
+
+
+def test_model_too_big_for_the_limit_returns_the_start_in_time():
+    """A 256-sample window whose CP-SAT model takes seconds to build: with a 1-s limit the
+    exact solver does not build it (nor import Pyomo for the relaxation) and returns its
+    best start (the heuristic's when it had time) within about the limit, valid, with the
+    analytic bound (before, the
+    build and the relaxation's Pyomo model ran 15 s past a 2-s limit)."""
+    from rp_opt.synth import generate
+
+    inst = generate(model="ling-tiny-like", samples=256, dp=8, edp=2, ep=4, capacity=8192, seed=2)
+    res = get_solver("exact")(inst, objective="sync", time_limit=1.0)
+    assert res.status == "feasible" and res.stats["model"].startswith("not built")
+    assert res.stats["start"] in ("heuristic", "greedy") and res.stats["levels"] == []
+    assert res.bound <= res.score[0] and res.seconds < 4.0
+    assert check(inst, res.plan).valid
+    joint = get_solver("joint")(inst, objective="sync", time_limit=1.0)
+    assert joint.stats["model"].startswith("not built") and joint.seconds < 4.0
+    assert check(inst, joint.plan).valid
+
+
+@pytest.mark.parametrize("solver, option, field", [
+    ("exact", {"symmetry": "nope"}, "symmetry"), ("exact", {"num_rows": "abc"}, "num_rows"),
+    ("exact", {"relax_bound": 1}, "relax_bound"), ("exact", {"foo": 1}, "options"),
+    ("joint", {"symmetry": "x"}, "symmetry"), ("joint", {"workers": 1.5}, "workers"),
+])
+def test_exact_option_errors_name_the_option(solver, option, field):
+    """Option values from ``--option KEY=VALUE`` (JSON-decoded, else text) that do not fit
+    are one-line InputErrors naming the option, before any solving."""
+    from rp_opt.errors import InputError
+
+    with pytest.raises(InputError) as err:
+        get_solver(solver)(make_window(6), time_limit=1.0, **option)
+    assert err.value.field == field

@@ -28,15 +28,17 @@ import math
 import numbers
 import time
 
+import numpy as np
+
 from ...cost import cost_bounds, get_objective, rank_load, score
 from ...errors import require
 from ...result import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL, Plan, Result
 from ...solution import Layout, Placement
 from ...solvers import register_solver
 from ...window import Instance
-from .common import (Budget, PackingData, canonical_layout, greedy_layout, layout_valid, packing_data,
-                     symmetry_mode)
-from .cpsat_model import PROOF_SUBSOLVERS
+from .common import (Budget, PackingData, build_seconds, canonical_layout, greedy_layout, layout_valid,
+                     packing_data, symmetry_mode, too_big)
+from .cpsat_model import PROOF_SUBSOLVERS, SolveOutcome
 
 log = logging.getLogger("rp_opt")
 
@@ -116,10 +118,13 @@ def _better(a: tuple, b: tuple, rel: float = 1e-9) -> bool:
     return False
 
 
-def _heuristic_layout(instance, placement, num_rows, obj, data, time_limit, seed) -> Layout | None:
-    """The ``heuristic`` planner's layout for this placement and R (None when it is not
-    installed, too little time is left, or its layout does not fit)."""
-    seconds = min(0.05 * float(time_limit), 0.05 * data.num_samples, 5.0)
+def _heuristic_layout(instance, placement, num_rows, obj, data, time_limit, seed,
+                      seconds: float | None = None) -> Layout | None:
+    """The ``heuristic`` planner's layout for this placement and R, run for ``seconds``
+    (default min(5% of the time limit, 0.05 s per sample, 5 s)); None when it is not
+    installed, too little time is left, or its layout does not fit."""
+    if seconds is None:
+        seconds = min(0.05 * float(time_limit), 0.05 * data.num_samples, 5.0)
     if seconds < 0.2:
         return None
     try:
@@ -137,6 +142,21 @@ def _heuristic_layout(instance, placement, num_rows, obj, data, time_limit, seed
     if layout is None or not layout_valid(data, layout):
         return None
     return layout
+
+
+_SWITCHES = ("symmetry", "tighten", "mip_start", "heuristic_start", "relax_bound")
+
+
+def check_args(**args) -> None:
+    """One-line :class:`InputError` for a bad argument of the exact solvers: ``workers``
+    and ``num_rows`` None or a positive integer, the switches (symmetry, tighten, ...)
+    true or false (``--option symmetry=nope`` arrives as the string 'nope')."""
+    for name, value in args.items():
+        if name in ("workers", "num_rows"):
+            whole = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+            require(value is None or (whole and value >= 1), name, f"must be a positive integer, got {value!r}")
+        elif name in _SWITCHES:
+            require(isinstance(value, (bool, np.bool_)), name, f"must be true or false, got {value!r}")
 
 
 def _subsolver_names(value) -> tuple[str, ...] | None:
@@ -207,10 +227,9 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     obj = get_objective(objective)
     require(backend in BACKENDS, "backend", f"must be one of {BACKENDS}, got {backend!r}")
     subsolvers = _subsolver_names(subsolvers)
-    whole = isinstance(workers, numbers.Integral) and not isinstance(workers, bool)
-    require(workers is None or (whole and workers >= 1), "workers",
-            f"must be a positive integer, got {workers!r}")
-    require(int(num_rows) == num_rows and num_rows >= 1, "num_rows", f"must be a positive integer, got {num_rows!r}")
+    check_args(workers=workers, num_rows=num_rows, symmetry=symmetry, tighten=tighten, mip_start=mip_start,
+               heuristic_start=heuristic_start, relax_bound=relax_bound)
+    require(num_rows is not None, "num_rows", "must be a positive integer, got None")
     window = instance.window
     data = packing_data(instance, placement, int(num_rows))
     if data.num_samples < data.num_cells:
@@ -218,6 +237,11 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
                       {"reason": f"N={data.num_samples} < R*D={data.num_cells}: some cell would be empty"})
     mode = symmetry_mode(obj) if symmetry else None
     stats = {"backend": backend, "num_rows": int(num_rows), "symmetry": mode, "tighten": tighten}
+    # a model whose build would not fit in the time limit is not built (the build and
+    # CP-SAT's loading do not stop at the limit): the best start is the answer
+    L, P = window.num_layers, instance.cluster.ep
+    build = build_seconds(data, data.num_samples * L * P, "cpsat" if backend == "cpsat" else "pyomo")
+    skip = too_big(build, float(time_limit) - (time.perf_counter() - t0))
 
     # a start: the caller's if valid, else the greedy
     if start is not None and not layout_valid(data, start):
@@ -227,7 +251,9 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         start = greedy_layout(data)
         stats["start"] = "greedy" if start is not None else "none"
         if heuristic_start:
-            better = _heuristic_layout(instance, placement, int(num_rows), obj, data, time_limit, seed)
+            # without a model to solve, the heuristic gets the time
+            seconds = 0.8 * (float(time_limit) - (time.perf_counter() - t0)) if skip else None
+            better = _heuristic_layout(instance, placement, int(num_rows), obj, data, time_limit, seed, seconds)
             if better is not None and (start is None or _better(score(instance, placement, better, obj),
                                                                  score(instance, placement, start, obj))):
                 start = better
@@ -241,19 +267,28 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     eq4 = rank_load(window, placement).max(axis=1) if tighten else None
     budget = Budget(float(time_limit) - (time.perf_counter() - t0))
     relaxation = None
-    if relax_bound and data.num_samples > data.num_cells:
-        from .pyomo_model import relaxation_bound
-
+    if relax_bound and data.num_samples > data.num_cells and not skip:
         def relaxation():
+            limit = min(0.8 * budget.left(), 20.0)
+            why = too_big(build_seconds(data, data.num_samples * L * P, "pyomo"), limit)
+            if why:
+                stats["relaxation"] = {"skipped": why}
+                return None
+            from .pyomo_model import relaxation_bound  # Pyomo takes about a second to import
+
             bound, stats["relaxation"], _ = relaxation_bound(
                 data, obj, mode, eq4=rank_load(window, placement).max(axis=1) if eq4 is None else eq4,
-                integral=min(data.num_samples, 8),
-                time_limit=min(0.8 * budget.left(), 20.0), seed=seed)
+                integral=min(data.num_samples, 8), time_limit=limit, seed=seed)
             return bound
 
         if backend == "highs":
             relaxation()  # reported only
-    if backend == "cpsat":
+    # again after the start (and HiGHS's relaxation): what is left must still fit the build
+    skip = skip or too_big(build, budget.left())
+    if skip:
+        stats["model"] = skip
+        out = SolveOutcome(None, [], [], {})
+    elif backend == "cpsat":
         from .cpsat_model import CpsatPacking
 
         builder = CpsatPacking(data, obj, mode, tighten=tighten, eq4=eq4)
@@ -340,9 +375,11 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
         :func:`solve_packing`.
     """
     t0 = time.perf_counter()
-    unknown = set(options) - {"symmetry", "tighten", "workers", "subsolvers", "mip_start", "heuristic_start",
-                              "relax_bound"}
-    require(not unknown, "options", f"unknown option(s) {sorted(unknown)} for solver exact")
+    known = {"workers", "subsolvers", *_SWITCHES}
+    unknown = set(options) - known
+    require(not unknown, "options", f"unknown option(s) {sorted(unknown)} for solver exact; known: "
+            f"{', '.join(sorted(known | {'backend', 'num_rows', 'placement'}))}")
+    check_args(num_rows=num_rows, **options)
     require(time_limit is not None and time_limit > 0, "time_limit", f"must be > 0, got {time_limit!r}")
     if placement is None:
         placement = warm_start.placement if warm_start is not None else default_placement(instance)

@@ -430,6 +430,30 @@ def integer_scale(data: PackingData, demand_cap: float, target: float = 2.0 ** 1
 # Time budget for the lexicographic sequence
 # ---------------------------------------------------------------------------------------
 
+# Seconds per term a model builder writes, measured on the 2-core benchmark machine and
+# rounded up: CP-SAT 3.3 s and Pyomo 10.4 s for the packing model of a window with N = 256,
+# R = 8, D = 8, G = 2, L = 20, P = 4 (~0.33 M terms); the joint model 1.7 s for ~0.16 M
+# terms, plus CP-SAT's loading, which ignores the time limit (27 s on a 5 M-term model).
+SECONDS_PER_TERM = {"cpsat": 1.5e-5, "pyomo": 4e-5}
+
+
+def build_seconds(data: PackingData, coefficients: int, kind: str) -> float:
+    """Rough seconds to build (and, for CP-SAT, load) a packing model of ``data`` whose
+    expert epigraphs have ``coefficients`` non-zero (sample, layer, column) coefficients
+    per block (N L P for the rank loads; the joint model's non-zero a[i,l,e] times P):
+    each enters every block's sums, and every sample's stage work every cell."""
+    blocks = data.num_rows * data.num_shards
+    terms = blocks * int(coefficients) + data.num_samples * data.num_cells * data.att.shape[0]
+    return terms * SECONDS_PER_TERM[kind]
+
+
+def too_big(seconds: float, left: float) -> str | None:
+    """Why a model that takes ``seconds`` to build is not built with ``left`` seconds to
+    go (half of them at most: the solve needs the rest), or None when it fits."""
+    if seconds <= 0.5 * left:
+        return None
+    return f"not built: about {seconds:.1f} s to build, {left:.1f} s left"
+
 @dataclass
 class Budget:
     """Wall-clock budget shared by the levels: level k of n gets a share of what is left

@@ -21,7 +21,8 @@ from ...result import INFEASIBLE, Plan, Result
 from ...solution import Placement
 from ...solvers import register_solver
 from ...window import Instance
-from .common import Budget, canonical_layout, greedy_layout, layout_valid, packing_data, symmetry_mode
+from .common import (Budget, build_seconds, canonical_layout, greedy_layout, layout_valid, packing_data,
+                     symmetry_mode, too_big)
 
 
 def canonical_placement(placement: Placement) -> Placement:
@@ -46,11 +47,13 @@ def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.
     Parameters are those of :func:`rp_opt.packing.exact.solve_exact`; ``warm_start`` gives
     both the start placement and layout (default: LPT placement and the greedy layout).
     """
-    from . import _result, default_num_rows, default_placement
-    from .cpsat_model import CpsatPacking
+    from . import _result, check_args, default_num_rows, default_placement
+    from .cpsat_model import CpsatPacking, SolveOutcome
 
     t0 = time.perf_counter()
-    require(not options, "options", f"unknown option(s) {sorted(options)} for solver joint")
+    require(not options, "options", f"unknown option(s) {sorted(options)} for solver joint; known: "
+            "num_rows, symmetry, workers")
+    check_args(num_rows=num_rows, symmetry=symmetry, workers=workers)
     obj = get_objective(objective)
     window, cluster = instance.window, instance.cluster
     if num_rows is None:
@@ -76,6 +79,13 @@ def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.
     a = window.demand.astype(np.int64)  # [N, L, E]
     N, L, E = a.shape
     P = cluster.ep
+    stats = {"backend": "cpsat", "num_rows": int(num_rows), "symmetry": mode, "joint": True}
+    why = too_big(build_seconds(data, np.count_nonzero(a) * P, "cpsat"), float(time_limit) - (time.perf_counter() - t0))
+    if why:
+        # the model of a window this size would not even be built within the time limit
+        stats["model"] = why
+        return _result(instance, start_place, obj, SolveOutcome(None, [], [], {}), start, start_score, stats, t0,
+                       "joint", int(num_rows))
     per_rank = E // P
     state = {}
 
@@ -144,7 +154,6 @@ def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.
     budget = Budget(float(time_limit) - (time.perf_counter() - t0))
     out = builder.solve(budget, seed=seed, workers=workers, start=start, extra_hint=extra_hint,
                         on_solution=on_solution)
-    stats = {"backend": "cpsat", "num_rows": int(num_rows), "symmetry": mode, "joint": True}
     return _result(instance, start_place, obj, out, start, start_score, stats, t0, "joint", int(num_rows))
 
 
