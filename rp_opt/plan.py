@@ -12,8 +12,7 @@ from __future__ import annotations
 import time
 
 from .cost import get_objective
-from .errors import require
-from .result import FEASIBLE, OPTIMAL, Result
+from .result import OPTIMAL, Result
 from .solvers import get_solver, register_solver
 from .window import Instance
 
@@ -48,11 +47,15 @@ def plan(instance: Instance, solver: str = "auto", *, objective="sync", time_lim
 def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed: int = 0, warm_start=None,
          placement=None, workers=None, **options) -> Result:
     """Exact when the window is small enough to finish within ``time_limit`` (warm-started
-    by the heuristic), the heuristic otherwise; the result's stats say which ran and why."""
+    by the heuristic), the heuristic otherwise; the result's stats say which ran and why.
+
+    The heuristic's options pass through and are checked first."""
+    from .packing.anneal import _l1_rows, heuristic_inputs, improvement
+
     started = time.perf_counter()
     objective = get_objective(objective)
-    time_limit = 5.0 if time_limit is None else float(time_limit)
-    require(time_limit > 0, "time_limit", f"must be > 0, got {time_limit}")
+    # the options go to the heuristic: check them (and the limit, the seed) before anything runs
+    time_limit, seed, workers, options = heuristic_inputs(time_limit, seed, workers, options)
     heuristic = get_solver("heuristic")
     try:
         exact = get_solver("exact")
@@ -60,7 +63,6 @@ def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed:
         exact = None
     # R* >= the L1 row bound: when even that makes the exact model too large, the heuristic
     # runs once with the whole budget (no second run recomputing placement, R*, rank demand)
-    from .packing.anneal import _l1_rows
     low_size = instance.window.num_samples * _l1_rows(instance) * instance.cluster.dp
     if exact is not None and low_size > EXACT_MAX_BOOLEANS:
         guess = heuristic(instance, objective=objective, time_limit=time_limit, seed=seed, warm_start=warm_start,
@@ -102,15 +104,17 @@ def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed:
     for key in ("baseline_score", "lower_bound", "placement_bound", "r_star"):
         if key in guess.stats:
             stats.setdefault(key, guess.stats[key])
+    # the better of the two proven bounds (0 is a bound: a window whose plans cost nothing)
+    bounds = [b for b in (result.bound, guess.bound) if b is not None]
+    bound = max(bounds) if bounds else None
     if result.plan is None or guess.score < result.score:
         # the exact model ran out of time without matching the heuristic: keep the heuristic's plan
         stats["auto_kept"] = "heuristic"
-        return Result(FEASIBLE, guess.plan, guess.score, max(filter(None, [guess.bound, result.bound])),
+        return Result(guess.status, guess.plan, guess.score, bound,
                       time.perf_counter() - started, "auto", stats)
-    bound = max(b for b in (result.bound, guess.bound) if b is not None) if (result.bound or guess.bound) else None
     if bound is not None and result.score:
         bound = min(bound, result.score[0]) if result.status == OPTIMAL else bound
     base = stats.get("baseline_score")
     if base:
-        stats["improvement"] = (base[0] - result.score[0]) / base[0]
+        stats["improvement"] = improvement(base[0], result.score[0])
     return Result(result.status, result.plan, result.score, bound, time.perf_counter() - started, "auto", stats)

@@ -219,7 +219,9 @@ class Planner:
         self.cluster = cluster
         self.objective = get_objective(objective).name
         self.time_limit = float(time_limit)
-        self.seed = int(seed)
+        from .packing.anneal import check_option
+
+        self.seed = check_option("seed", seed)  # an integer >= 0, checked here rather than at step 1
         self.warm_start = bool(warm_start)
         self.fallback = bool(fallback)
         self.certify_share = float(certify_share)

@@ -52,7 +52,9 @@ more than the anneal. With ``temperatures=`` (deterministic) the anneal runs fir
 from __future__ import annotations
 
 import logging
+import math
 import multiprocessing as mp
+import numbers
 import os
 import time
 from dataclasses import dataclass
@@ -61,7 +63,7 @@ import numpy as np
 
 from ..cost import _AXIS, cost_bounds, get_objective, layout_costs, rank_demand_major, rank_major_view
 from ..errors import InputError, require
-from ..result import FEASIBLE, Plan
+from ..result import Plan
 from ..solution import Layout, Placement
 from ..stop import MaxIterations, MaxSeconds, NoImprovement, StoppingCriterion
 from ..solvers import register_solver
@@ -668,12 +670,113 @@ def search_layout(problem: Problem, start: np.ndarray, *, deadline: float | None
     return layout, energy, out
 
 
-HEURISTIC_OPTIONS = frozenset({
-    "anneal_share", "candidates", "no_improvement", "num_rows", "refine", "refine_rounds", "refine_share",
-    "refine_sweeps", "replicas", "report_baseline", "reserve", "search", "search_cap", "search_evaluations",
-    "search_screen", "search_workers", "seeds", "steps_per_temperature", "surrogate", "temperatures",
-    "trust_warm_rows"})
+_SEED_RULES = ("witness", "ffd", "kk", "blocks", "greedy")
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+
+def _at_least(low):
+    return lambda value: value >= low
+
+
+def _within(low, high):
+    return lambda value: low <= value <= high
+
+
+# name -> (type, what a valid value is, test of a value of that type, None allowed). The
+# heuristic's arguments and options, checked by :func:`check_option` before anything runs;
+# ``int`` takes integers only (1.7 is an error, not 1), ``float`` finite numbers, ``bool``
+# true/false (also the strings true/false/1/0/yes/no), ``rules`` seed rule names.
+OPTION_RULES: dict = {
+    "time_limit": (float, "a finite number of seconds > 0", lambda v: v > 0, False),
+    "seed": (int, "an integer >= 0", _at_least(0), False),
+    "workers": (int, "an integer >= 1 (or None: one per core)", _at_least(1), True),
+    "anneal_share": (float, "a number in [0, 1]", _within(0, 1), False),
+    "candidates": (int, "an integer >= 1", _at_least(1), False),
+    "no_improvement": (int, "an integer >= 1 (or None: off)", _at_least(1), True),
+    "num_rows": (int, "an integer >= 1 (or None: R*)", _at_least(1), True),
+    "refine": (bool, "true or false", None, False),
+    "refine_rounds": (int, "an integer >= 1", _at_least(1), False),
+    "refine_share": (float, "a number in [0, 1]", _within(0, 1), False),
+    "refine_sweeps": (int, "an integer >= 1", _at_least(1), False),
+    "replicas": (int, "an integer >= 1", _at_least(1), False),
+    "report_baseline": (bool, "true or false", None, False),
+    "reserve": (float, "a number of seconds >= 0 and below time_limit", _at_least(0), False),
+    "search": (bool, "true or false", None, False),
+    "search_cap": (int, "an integer >= 1 (or None: whole blocks)", _at_least(1), True),
+    "search_evaluations": (int, "an integer >= 1 (or None: until the deadline)", _at_least(1), True),
+    "search_screen": (int, "an integer >= 1 (or None: every swap)", _at_least(1), True),
+    "search_workers": (int, "an integer >= 1 (or None: by the load)", _at_least(1), True),
+    "seeds": ("rules", f"a non-empty list of seed rules ({', '.join(_SEED_RULES)}, blocks-<rule>)", None, True),
+    "steps_per_temperature": (int, "an integer >= 1", _at_least(1), False),
+    "surrogate": (float, "a finite number >= 0", _at_least(0), False),
+    "temperatures": (int, "an integer >= 1 (or None: time-limited run)", _at_least(1), True),
+    "trust_warm_rows": (bool, "true or false", None, False),
+}
+HEURISTIC_OPTIONS = frozenset(OPTION_RULES) - {"time_limit", "seed"}
 """Option names :func:`heuristic` accepts (any other is an input error)."""
+
+
+def check_option(name: str, value):
+    """``value`` of the heuristic's argument or option ``name`` as its type (``OPTION_RULES``).
+
+    Values come as Python values or as the CLI's ``--option KEY=VALUE`` gives them (read
+    as JSON when they parse, else as text), so numbers and true/false may also be strings.
+
+    Raises
+    ------
+    InputError
+        One line naming the option and the value when the value is not valid.
+    """
+    kind, what, valid, none_ok = OPTION_RULES[name]
+    text = value.strip().lower() if isinstance(value, str) else None
+    if value is None or text in ("none", "null"):
+        require(none_ok, name, f"must be {what}, got {value!r}")
+        return None
+    out = None
+    if kind is bool:
+        if isinstance(value, (bool, np.bool_)) or (isinstance(value, numbers.Integral) and value in (0, 1)):
+            out = bool(value)
+        elif text in _TRUE + _FALSE:
+            out = text in _TRUE
+    elif kind == "rules":
+        rules = [r.strip() for r in value.split(",")] if isinstance(value, str) else value
+        if isinstance(rules, (list, tuple)) and rules and all(
+                isinstance(r, str) and (r in _SEED_RULES or (r.startswith("blocks-") and r[7:] in _SEED_RULES))
+                for r in rules):
+            out = tuple(rules)
+    elif not isinstance(value, (bool, np.bool_)):
+        try:
+            if kind is int and (isinstance(value, numbers.Integral) or text is not None):
+                out = int(value)
+            elif kind is float and (isinstance(value, numbers.Real) or text is not None):
+                out = float(value) if math.isfinite(float(value)) else None
+        except (TypeError, ValueError, OverflowError):
+            out = None
+    require(out is not None and (valid is None or valid(out)), name, f"must be {what}, got {value!r}")
+    return out
+
+
+def heuristic_inputs(time_limit, seed, workers, options: dict) -> tuple[float, int, int | None, dict]:
+    """The heuristic's ``time_limit`` (None: 5 s), ``seed``, ``workers`` and ``options``,
+    checked (:func:`check_option`) and converted, before anything runs.
+
+    Returns
+    -------
+    (time_limit, seed, workers, options)
+
+    Raises
+    ------
+    InputError
+        An unknown option, or the first invalid value (one line naming it).
+    """
+    unknown = sorted(set(options) - HEURISTIC_OPTIONS)
+    require(not unknown, "options", f"unknown option(s) {unknown} for solver heuristic; known: "
+            f"{', '.join(sorted(HEURISTIC_OPTIONS))}")
+    time_limit = check_option("time_limit", 5.0 if time_limit is None else time_limit)
+    options = {name: check_option(name, value) for name, value in options.items()}
+    require(options.get("reserve", 0.0) < time_limit, "reserve",
+            f"must be a number of seconds >= 0 and below time_limit={time_limit}, got {options.get('reserve')!r}")
+    return time_limit, check_option("seed", seed), check_option("workers", workers), options
 
 
 @register_solver("heuristic", "LPT placement + diverse seeds + population annealing + block-pair search")
@@ -706,19 +809,18 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     ``refine_sweeps`` (swap sweeps with a fixed schedule, 20),
     ``search_workers`` (processes of the block search; default: ``workers`` with
     ``temperatures`` or when the 1-min load average leaves a core free, else 1), ``surrogate`` (0.05), ``reserve`` (seconds
-    kept for the final scoring, default 0.04 * time_limit).
+    kept for the final scoring, default 0.04 * time_limit). Every value is checked before
+    anything runs (:data:`OPTION_RULES`, :func:`heuristic_inputs`): a bad one is a one-line
+    :class:`~rp_opt.errors.InputError` naming the option.
     """
     from ..result import Result
+    from .baseline import proven_status
     from .seeds import greedy_seconds, layout_violation, seed_layouts
 
     started = time.perf_counter()
-    unknown = sorted(set(options) - HEURISTIC_OPTIONS)
-    require(not unknown, "options", f"unknown option(s) {unknown} for solver heuristic; known: "
-            f"{', '.join(sorted(HEURISTIC_OPTIONS))}")
+    time_limit, seed, workers, options = heuristic_inputs(time_limit, seed, workers, options)
     objective = get_objective(objective)
     window, cluster = instance.window, instance.cluster
-    time_limit = 5.0 if time_limit is None else float(time_limit)
-    require(time_limit > 0, "time_limit", f"must be > 0, got {time_limit}")
     stats: dict = {}
     timings: dict = {}
 
@@ -763,7 +865,9 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
             rules.append("greedy")
     if witness is not None and row_stats.get("rows_method") == "L1 = FFD (AReaL ffd)" and "ffd" in rules:
         # the witness IS the AReaL ffd layout (same rule, same R*·D bins): reuse it
-        seeds = seed_layouts(instance, num_rows, demand, witness, tuple(r for r in rules if r != "ffd"))
+        # (the ffd rule runs as the witness rule, even when ``seeds`` names no witness)
+        seeds = seed_layouts(instance, num_rows, demand, witness,
+                             tuple(dict.fromkeys("witness" if r == "ffd" else r for r in rules)))
         if "witness" in seeds:
             seeds["ffd"] = seeds.pop("witness")
     else:
@@ -857,7 +961,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         if not do_search:
             break
         t = time.perf_counter()
-        evals = int(options.get("search_evaluations", 200)) if deterministic else options.get("search_evaluations")
+        evals = (options.get("search_evaluations") or 200) if deterministic else options.get("search_evaluations")
         found, energy, search_stats = search_layout(
             problem, best, deadline=deadline, max_evaluations=evals, seed=int(seed) + 1000 * rounds,
             cap=options.get("search_cap"), surrogate=float(options.get("surrogate", 0.05)),
@@ -927,7 +1031,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     stats["gap_split"] = lower_bounds.gap_split(costs, objective, relative=True)
     stats["primary_proven"] = bool(stats["lower_bound"] >= value[0] * (1 - 1e-9))
     timings["score"] = time.perf_counter() - t
-    result = Result(FEASIBLE, Plan(placement, layout, objective.name, value, stats), value, stats["lower_bound"],
+    status = proven_status(value, lower_bounds.objective(objective))
+    result = Result(status, Plan(placement, layout, objective.name, value, stats), value, stats["lower_bound"],
                     time.perf_counter() - started, "heuristic", stats)
     if options.get("report_baseline", True):
         # report only (not part of the plan's time): identity + ffd on the same window
@@ -935,9 +1040,20 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         base = baseline_score(instance, num_rows, objective, seeds.get("ffd"))
         result.stats.update(base)
         if base.get("baseline_score"):
-            result.stats["improvement"] = (base["baseline_score"][0] - result.score[0]) / base["baseline_score"][0]
+            result.stats["improvement"] = improvement(base["baseline_score"][0], result.score[0])
         result.stats["report_seconds"] = time.perf_counter() - t
     return result
+
+
+def improvement(baseline: float, value: float) -> float | None:
+    """(baseline - value) / baseline: the share of the baseline's primary a plan saves.
+
+    0 when both are 0 (a window whose every plan costs nothing), None when only the
+    baseline is 0 (no share of nothing).
+    """
+    if baseline == 0:
+        return 0.0 if value == 0 else None
+    return (baseline - value) / baseline
 
 
 def _refined_placement(instance: Instance, placement: Placement, num_rows: int, cell_of: np.ndarray, *,
@@ -973,7 +1089,7 @@ def _refine_round(instance: Instance, objective, placement: Placement, problem: 
         return out
     major = rank_demand_major(instance.window, new_place)
     new_problem = make_problem(instance, major, problem.rows, objective)
-    evals = int(options.get("search_evaluations", 200)) if deterministic else options.get("search_evaluations")
+    evals = (options.get("search_evaluations") or 200) if deterministic else options.get("search_evaluations")
     found, energy, search_stats = search_layout(
         new_problem, best, deadline=deadline, max_evaluations=evals, seed=seed + 7919,
         cap=options.get("search_cap"), surrogate=float(options.get("surrogate", 0.05)),

@@ -14,6 +14,7 @@ more row, and says so in ``stats["extra_rows"]``.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 import time
@@ -21,7 +22,7 @@ import time
 import numpy as np
 
 from ..errors import InputError, require
-from ..result import FEASIBLE
+from ..result import FEASIBLE, OPTIMAL
 from ..solution import Layout, Placement
 from ..solvers import plan_result, register_solver
 from ..window import CostModel, Instance, Window
@@ -172,6 +173,17 @@ def pack(instance: Instance, rule: str = "ffd", num_rows: int | None = None) -> 
     return Layout.from_bins(bin_of, rows + extra, cluster.dp), {"rows": rows + extra, "r_star": rows, "extra_rows": extra}
 
 
+def proven_status(score, level_bounds=None) -> str:
+    """``optimal`` when every level of ``score`` meets its lower bound (``level_bounds``,
+    each valid on its own: :meth:`rp_opt.cost.CostBounds.objective`), so that no plan has a
+    smaller tuple; without bounds, when every level is 0 (levels are non-negative
+    combinations of non-negative costs: a window whose plans all cost nothing). Otherwise
+    ``feasible``."""
+    bounds = (0.0,) * len(score) if level_bounds is None else level_bounds
+    proven = len(score) > 0 and all(bound >= value for value, bound in zip(score, bounds))
+    return OPTIMAL if proven else FEASIBLE
+
+
 def _baseline_solver(placement_rule: str, packing_rule: str):
     def solve(instance: Instance, *, objective="sync", time_limit=None, seed=0, warm_start=None, **options):
         start = time.perf_counter()
@@ -185,8 +197,9 @@ def _baseline_solver(placement_rule: str, packing_rule: str):
             placement = Placement.identity(window.num_layers, window.num_experts, cluster.ep)
         layout, stats = pack(instance, packing_rule, options.get("num_rows"))
         stats.update(placement=placement_rule, packing=packing_rule)
-        return plan_result(instance, placement, layout, objective, solver=f"{placement_rule}+{packing_rule}",
-                           seconds=time.perf_counter() - start, status=FEASIBLE, stats=stats)
+        result = plan_result(instance, placement, layout, objective, solver=f"{placement_rule}+{packing_rule}",
+                             seconds=time.perf_counter() - start, status=FEASIBLE, stats=stats)
+        return dataclasses.replace(result, status=proven_status(result.score))
 
     solve.__doc__ = f"{placement_rule} placement + {packing_rule} packing (baseline)"
     return solve
