@@ -172,3 +172,20 @@ def test_anneal_share_one_keeps_the_time_limit():
     result = get_solver("heuristic")(inst, time_limit=0.5, workers=1, anneal_share=1.0, report_baseline=False)
     assert_valid(inst, result)
     assert result.seconds < 0.5 * 1.3
+
+
+# ----------------------------------------------------------------------- repeatability
+
+def test_stats_say_whether_the_run_repeats():
+    """QA item 4: a time-limited run is not repeatable for a seed, a fixed schedule is."""
+    inst = tiny()
+    timed = get_solver("heuristic")(inst, seed=3, **FAST)
+    assert timed.stats["deterministic"] is False
+    fixed = [get_solver("heuristic")(inst, seed=3, temperatures=2, replicas=4, search_evaluations=20, **FAST)
+             for _ in range(2)]
+    for result in fixed:
+        assert_valid(inst, result)
+        assert result.stats["deterministic"] is True
+    assert fixed[0].score == fixed[1].score
+    np.testing.assert_array_equal(fixed[0].plan.layout.cell_of, fixed[1].plan.layout.cell_of)
+    assert get_solver("auto")(inst, seed=3, **FAST).stats["deterministic"] is False

@@ -812,6 +812,13 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     kept for the final scoring, default 0.04 * time_limit). Every value is checked before
     anything runs (:data:`OPTION_RULES`, :func:`heuristic_inputs`): a bad one is a one-line
     :class:`~rp_opt.errors.InputError` naming the option.
+
+    Repeatability: by default the run is time-limited, so how much work it does (anneal
+    steps, block pairs searched) depends on the machine's speed and load, and two runs with
+    the same ``seed`` may return different plans. With ``temperatures=N`` the schedule is
+    fixed (N temperature steps, ``search_evaluations`` block pairs, ``refine_sweeps``): the
+    same seed and worker count give the same plan, and the run does that work whatever
+    ``time_limit`` says. ``stats["deterministic"]`` says which kind of run it was.
     """
     from ..result import Result
     from .baseline import proven_status
@@ -1020,7 +1027,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         steps=astats.steps, proposals=astats.proposals, accepted=astats.accepted,
         moves_per_second=astats.proposals / max(astats.seconds, 1e-9), t_start=astats.t_start, t_end=astats.t_end,
         anneal_energy=anneal_energy, energy=best_energy, eps=problem.eps, search=search_stats,
-        search_workers=int(search_workers))
+        search_workers=int(search_workers), deterministic=deterministic)
     stats.update(bound_stats)
     stats["timings"] = timings
     # what plan_result does, without recomputing the analytic bounds (one pass over a[i,l,e])
