@@ -415,4 +415,7 @@ def read_bpplib(path) -> tuple[np.ndarray, int]:
     require(len(numbers) - 2 == n, "file", f"{path}: header says {n} items but {len(numbers) - 2} weights follow")
     weights = np.asarray(numbers[2:], dtype=np.int64)
     require(bool(np.all(weights >= 1)), "file", f"{path}: weight {int(weights.min())} must be >= 1")
+    big = np.flatnonzero(weights > cap)
+    require(big.size == 0, "file", f"{path}: item {int(big[0]) if big.size else 0} has weight "
+            f"{int(weights[big[0]]) if big.size else 0}, more than the capacity {cap}")
     return weights, int(cap)
