@@ -69,7 +69,8 @@ class Fit:
     r2
         Coefficient of determination of the measured times.
     rel_rms
-        sqrt(mean(((predicted - measured) / measured)^2)) over the measured times > 0.
+        sqrt(mean(((predicted - measured) / measured)^2)) over the measured times > 0
+        (None when no measured time is > 0).
     rms
         Root mean square error in seconds.
     observations
@@ -82,7 +83,7 @@ class Fit:
 
     cost: CostModel
     r2: float
-    rel_rms: float
+    rel_rms: float | None
     rms: float
     observations: int
     iterations: int
@@ -172,6 +173,7 @@ def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iteratio
     measured = ~np.isnan(y_all)
     y = y_all[measured]
     require(y.size >= 3, "times", f"hold {y.size} measured values; the fit needs at least 3")
+    require(bool(np.any(y > 0)), "times", f"all {y.size} measured values are 0; there is nothing to fit")
 
     a = b = None
     coef = np.zeros(3)
@@ -186,6 +188,9 @@ def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iteratio
         a, b = float(coef[0]), float(coef[1])
         if a == 0 and b == 0:
             break
+    require(bool(np.any(coef > 0)), "times",
+            f"cannot be fitted: every non-negative coefficient fit of the {y.size} measured values is 0 "
+            "(do the times grow with the tokens of the rows?)")
     predicted = previous @ coef
     u, v = _splits(prior)
     stages = tuple(Stage(s.name, s.layers, coef[0] * u[k], coef[1] * v[k]) for k, s in enumerate(prior.stages))
@@ -194,7 +199,7 @@ def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iteratio
     total = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float((residual ** 2).sum()) / total if total > 0 else (1.0 if np.allclose(residual, 0) else 0.0)
     positive = y > 0
-    rel_rms = float(np.sqrt(np.mean((residual[positive] / y[positive]) ** 2))) if positive.any() else float("nan")
+    rel_rms = float(np.sqrt(np.mean((residual[positive] / y[positive]) ** 2))) if positive.any() else None
     rms = float(np.sqrt(np.mean(residual ** 2)))
     totals = {"attention_tokens": float(coef[0]), "attention_pairs": float(coef[1]), "gamma": float(coef[2])}
     return Fit(cost, r2, rel_rms, rms, int(y.size), iterations, totals, predicted, y)
@@ -262,6 +267,13 @@ def load_timings(path: str | os.PathLike, window: Instance | str | None = None) 
             plan_data = read_plan_file(resolve(str(entry["plan_file"])))
         plan = plan_from_dict(instance, plan_data)
         require("times" in entry, f"{field_name}.times", "is missing")
+        require(isinstance(entry["times"], list) and all(isinstance(row, list) for row in entry["times"]),
+                f"{field_name}.times", "must be a rectangular [R][G] list of seconds (or null)")
+        for r, row in enumerate(entry["times"]):
+            for g, t in enumerate(row):
+                # null marks a time that was not measured; NaN or infinity is a broken measurement
+                require(t is None or (isinstance(t, (int, float)) and not isinstance(t, bool) and np.isfinite(t)),
+                        f"{field_name}.times[{r}][{g}]", f"must be a finite time >= 0 or null, got {t!r}")
         try:
             times = np.array([[np.nan if t is None else t for t in row] for row in entry["times"]], dtype=np.float64)
         except (TypeError, ValueError):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._common import add_json, emit_json, open_instance, table
+from ._common import add_json, check_output, emit_json, open_instance, table, write_output
 
 
 def register(sub) -> None:
@@ -10,7 +10,8 @@ def register(sub) -> None:
     p.add_argument("timings", help="timings .json (format rp-opt-timings/1)")
     p.add_argument("--window", metavar="FILE.npz",
                    help="instance of the runs that name no window; its cost model is the prior")
-    p.add_argument("-o", "--output", metavar="COST.json", help="write the calibrated cost model")
+    p.add_argument("-o", "--output", metavar="COST.json",
+                   help="write the calibrated cost model (for 'rp-opt plan/show/eval --cost COST.json')")
     add_json(p)
     p.set_defaults(run=run)
 
@@ -18,22 +19,25 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..calibrate import fit_cost, load_timings, save_cost
 
+    check_output(args.output)
     window = open_instance(args.window)[0] if args.window else None
     runs = load_timings(args.timings, window)
     fit = fit_cost(runs, window.cost if window is not None else None)
-    if args.output:
-        save_cost(args.output, fit.cost)
+    write_error = write_output(save_cost, args.output, fit.cost) if args.output else None
     out = fit.to_dict()
     out["runs"] = len(runs)
-    out["output"] = args.output
+    out["output"] = None if write_error else args.output
+    if write_error:
+        out["write_error"] = write_error
     if args.json:
         emit_json(out)
     else:
         print(f"fit of {fit.observations} measured times from {len(runs)} runs ({fit.iterations} NNLS passes)")
-        print(f"  R^2 {fit.r2:.6f}   relative RMS error {100 * fit.rel_rms:.3f} %   RMS {fit.rms:.6g} s")
+        rel = "-" if fit.rel_rms is None else f"{100 * fit.rel_rms:.3f} %"
+        print(f"  R^2 {fit.r2:.6f}   relative RMS error {rel}   RMS {fit.rms:.6g} s")
         print(table(["stage", "layers", "alpha", "beta"],
                     [[s.name, s.layers, s.alpha, s.beta] for s in fit.cost.stages]))
         print(f"gamma {fit.cost.gamma:.6g}")
-        if args.output:
+        if out["output"]:
             print(f"cost model written to {args.output}")
-    return 0
+    return 2 if write_error else 0
