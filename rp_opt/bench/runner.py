@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import InputError
+from ..errors import InputError, require
 from .suites import InstanceSpec
 
 log = logging.getLogger("rp_opt")
@@ -145,16 +145,37 @@ def run_task(task: Task) -> dict:
     return record
 
 
+def check_ray_address(address: str) -> str:
+    """Check a Ray address before anything runs: ``local``, ``auto``, or ``[ray://]HOST:PORT``.
+
+    Returns
+    -------
+    The address; :class:`InputError` on ``--ray`` naming it otherwise.
+    """
+    import re
+
+    ok = isinstance(address, str) and (address in ("local", "auto") or re.fullmatch(
+        r"(ray://)?[A-Za-z0-9_.\-\[\]:]*[A-Za-z0-9_.\-\]]:([0-9]{1,5})", address) is not None)
+    require(ok and (address in ("local", "auto") or 0 < int(address.rsplit(":", 1)[1]) < 65536), "--ray",
+            f"must be 'local', 'auto' or [ray://]HOST:PORT, got {address!r}")
+    return address
+
+
 def _ray_run(tasks: list[Task], address: str, workers: int, on_record) -> list[dict]:
+    check_ray_address(address)
     try:
         import ray
     except ImportError:
         raise InputError("ray", "Ray is not installed; install the extra: pip install 'rp-opt[ray]'") from None
     if not ray.is_initialized():
-        if address == "local":
-            ray.init(num_cpus=max(1, workers), include_dashboard=False, log_to_driver=False)
-        else:
-            ray.init(address=address, log_to_driver=False)
+        try:
+            if address == "local":
+                ray.init(num_cpus=max(1, workers), include_dashboard=False, log_to_driver=False)
+            else:
+                ray.init(address=address, log_to_driver=False)
+        except (ValueError, ConnectionError, RuntimeError, TimeoutError) as exc:
+            reason = " ".join(str(exc).split())[:200]
+            raise InputError("--ray", f"cannot start or reach Ray at {address!r} ({type(exc).__name__}: {reason})") from None
     refs = {}
     for k, task in enumerate(tasks):
         remote = ray.remote(num_cpus=max(1, task.threads))(run_task)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from ._common import Progress, add_json
+import argparse
+import sys
+
+from ._common import Progress, add_json, int_arg, seconds_arg, seed_arg
 
 
 def register(sub) -> None:
@@ -11,13 +14,16 @@ def register(sub) -> None:
     p = sub.add_parser("bench", help="run a benchmark suite: gap to the best bound, seconds, per solver")
     p.add_argument("suite", help="tiny, small, medium or production")
     p.add_argument("--solvers", default=",".join(DEFAULT_SOLVERS), help="comma-separated solver names")
-    p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the suite's)")
-    p.add_argument("--time-limit", type=float, default=10.0, help="seconds per solver run")
-    p.add_argument("--objective", default="sync")
-    p.add_argument("--workers", type=int, default=1, help="local processes")
-    p.add_argument("--threads", type=int, default=1, help="threads per solver run")
-    p.add_argument("--ray", metavar="ADDRESS", default=None, help="run on Ray ('local' or a cluster address)")
-    p.add_argument("--limit", type=int, default=None, help="only the first LIMIT instances")
+    p.add_argument("--seeds", type=seeds_arg, default=None,
+                   help="comma-separated seeds, integers >= 0 (default: the suite's)")
+    p.add_argument("--time-limit", type=seconds_arg, default=10.0, help="seconds per solver run (default 10)")
+    p.add_argument("--objective", default="sync", help="shard, sync (the default), or another registered objective")
+    p.add_argument("--workers", type=int_arg(1), default=1, help="local processes, >= 1 (default 1)")
+    p.add_argument("--threads", type=int_arg(1), default=1, help="threads per solver run, >= 1 (default 1)")
+    p.add_argument("--ray", metavar="ADDRESS", default=None,
+                   help="run on Ray ('local', 'auto' or a cluster address HOST:PORT)")
+    p.add_argument("--limit", type=int_arg(0), default=None,
+                   help="only the first LIMIT instances (>= 0; 0 means all, the default)")
     p.add_argument("--out", metavar="DIR", help="write bench_SUITE.md / .json (and a gap plot) here")
     p.add_argument("--img", metavar="DIR", help="write the gap plot here (default OUT/img)")
     p.add_argument("--progress", action="store_true", help="show the progress bar even when stderr is not a terminal")
@@ -25,11 +31,29 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
+def seeds_arg(text: str) -> str:
+    """An argparse ``type`` for ``--seeds``: comma-separated integers >= 0 (returned as given)."""
+    items = [s.strip() for s in text.split(",") if s.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"names no seed, got {text!r}")
+    for item in items:
+        try:
+            seed_arg(item)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"must be comma-separated integers >= 0, got {text!r}") from None
+    return ",".join(items)
+
+
 def run(args) -> int:
     from ..bench.gap import emit, run_gap, tasks_from_args
     from ..bench.report import per_solver_rows
+    from ..bench.runner import check_ray_address
+    from ..cost import get_objective
     from ._common import emit_json, table
 
+    get_objective(args.objective)
+    if args.ray:
+        check_ray_address(args.ray)
     total = len(tasks_from_args(args))  # validates the arguments before anything runs
     progress = Progress(total, f"bench {args.suite}", enabled=True if args.progress else None)
     result = run_gap(args, on_record=lambda rec: progress.step(f"{rec['instance']} {rec['solver']}"))
@@ -47,5 +71,14 @@ def run(args) -> int:
         headers, rows = per_solver_rows(result["records"])
         print(table(headers, rows))
     errors = [r for r in result["records"] if r.get("status") == "error"]
+    if errors:  # the reasons, on stderr: otherwise they are only inside --json records
+        reasons: dict[str, int] = {}
+        for record in errors:
+            reason = " ".join(str(record.get("error", "unknown error")).split())
+            reasons[reason] = reasons.get(reason, 0) + 1
+        every = "every run" if len(errors) == len(result["records"]) else f"{len(errors)} of {len(result['records'])} runs"
+        shown = [f"{reason} ({n}x)" for reason, n in list(reasons.items())[:3]]
+        more = f"; and {len(reasons) - 3} other reasons (see --json)" if len(reasons) > 3 else ""
+        print(f"error: {every} failed: " + "; ".join(shown) + more, file=sys.stderr)
     invalid = [r for r in result["records"] if r.get("status") in ("optimal", "feasible") and not r.get("valid")]
     return 1 if invalid else 0 if not errors else 1
