@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .cost import Costs, get_objective
+from .errors import require
 from .result import Plan
+from .solution import cell_samples
 from .window import Instance
 
 
@@ -81,7 +83,9 @@ def _check_rows(rows, num_samples: int, num_slots: int, out: list[str]):
             broken = True
             continue
         for d, cell in enumerate(row):
-            members = np.asarray(cell, dtype=np.int64) if len(cell) else np.zeros(0, dtype=np.int64)
+            # a cell that is not a list of integer indices is a malformed file (InputError),
+            # not a plan violation: the same parser as every other reader of plan files
+            members = np.asarray(cell_samples(cell, f"rows[{r}][{d}]"), dtype=np.int64)
             outside = members[(members < 0) | (members >= num_samples)]
             if outside.size:
                 out.append(f"rows[{r}][{d}]: sample {outside[0]} is not in [0, {num_samples})")
@@ -101,6 +105,10 @@ def _check_rows(rows, num_samples: int, num_slots: int, out: list[str]):
 def check_plan(instance: Instance, placement, rows, objective="sync", num_rows: int | None = None) -> CheckReport:
     """Verify a plan and recompute its score.
 
+    Constraint violations (a sample out of range, missing or repeated, a wrong shape,
+    capacity, balance) are reported in the :class:`CheckReport`; a cell that is not a list
+    of integer sample indices raises :class:`~rp_opt.errors.InputError` (a malformed file).
+
     Parameters
     ----------
     instance
@@ -115,6 +123,8 @@ def check_plan(instance: Instance, placement, rows, objective="sync", num_rows: 
         When given, the plan must have exactly this many rows (e.g. R*).
     """
     window, cluster, cost = instance.window, instance.cluster, instance.cost
+    require(num_rows is None or (isinstance(num_rows, (int, np.integer)) and not isinstance(num_rows, bool)
+                                 and num_rows >= 1), "num_rows", f"must be an integer >= 1, got {num_rows!r}")
     violations: list[str] = []
     ranks = _check_placement(placement, window.num_layers, window.num_experts, cluster.ep, violations)
     cells = _check_rows(rows, window.num_samples, cluster.dp, violations)

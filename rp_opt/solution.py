@@ -79,6 +79,31 @@ class Placement:
         return self.ranks.tolist()
 
 
+def cell_samples(cell, field: str) -> list[int]:
+    """The sample indices of one plan-file cell ``rows[r][d]``.
+
+    The one parser of a cell for every reader of plan files (:meth:`Layout.from_rows` and
+    the independent checker), so that they accept exactly the same files.
+
+    Parameters
+    ----------
+    cell
+        A list of sample indices: JSON integers or numpy integers (not booleans, floats,
+        strings, ``null`` or nested lists).
+    field
+        Name of the cell in messages (``"rows[0][3]"``).
+
+    Returns
+    -------
+    The indices as Python ints (range is the caller's check).
+    """
+    require(isinstance(cell, (list, tuple)), field, f"must be a list of sample indices, got {cell!r}")
+    for i in cell:
+        require(isinstance(i, (int, np.integer)) and not isinstance(i, (bool, np.bool_)), field,
+                f"sample {i!r} is not an integer sample index")
+    return [int(i) for i in cell]
+
+
 def rank_counts(ranks: np.ndarray, num_ranks: int) -> np.ndarray:
     """[L, P]: number of experts each rank holds in each layer."""
     num_layers = ranks.shape[0]
@@ -152,9 +177,8 @@ class Layout:
         for r, row in enumerate(rows):
             require(isinstance(row, list) and len(row) == num_slots and num_slots >= 1, f"rows[{r}]", f"must be a list of {max(num_slots, 1)} slots")
             for d, cell in enumerate(row):
-                require(isinstance(cell, list), f"rows[{r}][{d}]", "must be a list of sample indices")
-                for i in cell:
-                    require(isinstance(i, (int, np.integer)) and 0 <= i < num_samples, f"rows[{r}][{d}]", f"sample {i!r} is not in [0, {num_samples})")
+                for i in cell_samples(cell, f"rows[{r}][{d}]"):
+                    require(0 <= i < num_samples, f"rows[{r}][{d}]", f"sample {i} is not in [0, {num_samples})")
                     require(cell_of[i] < 0, f"rows[{r}][{d}]", f"sample {i} appears twice")
                     cell_of[i] = r * num_slots + d
         missing = np.flatnonzero(cell_of < 0)

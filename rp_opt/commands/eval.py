@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..check import check_plan
 from ..cost import get_objective
 from ..io import read_plan_file
-from ._common import add_json, emit_json, open_instance
+from ._common import add_cost, add_json, emit_json, int_arg, open_instance, require_score
 
 
 def register(sub) -> None:
@@ -13,20 +13,22 @@ def register(sub) -> None:
     p.add_argument("file", help="instance .npz")
     p.add_argument("plan", help="plan .json")
     p.add_argument("--objective", default=None, help="score under this objective (default: the plan's)")
-    p.add_argument("--rows", type=int, default=None, help="require exactly this many rows (e.g. R*)")
+    p.add_argument("--rows", type=int_arg(1), default=None, help="require exactly this many rows (e.g. R*), >= 1")
+    add_cost(p)
     add_json(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    instance, _ = open_instance(args.file)
+    instance, _ = open_instance(args.file, args.cost)
     data = read_plan_file(args.plan)
     objective = get_objective(args.objective or data.get("objective", "sync"))
+    require_score(data)
+    claimed = data.get("score")
     report = check_plan(instance, data["placement"], data["rows"], objective, args.rows)
     out = report.to_dict()
     out["objective"] = objective.name
     out["num_rows"] = len(data["rows"]) if isinstance(data["rows"], list) else None
-    claimed = data.get("score")
     if report.score is not None and claimed:
         out["claimed_score"] = claimed
         out["score_matches"] = bool(objective.name != data.get("objective") or all(

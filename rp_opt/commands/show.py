@@ -5,22 +5,22 @@ from __future__ import annotations
 import numpy as np
 
 from ..cost import cost_bounds, get_objective, layout_costs, rank_load
-from ..io import load_plan
 from ..result import relative_gap
 from ..solution import Placement
-from ._common import add_json, emit_json, open_instance, table
+from ._common import add_cost, add_json, emit_json, load_plan_for, open_instance, table
 
 
 def register(sub) -> None:
     p = sub.add_parser("show", help="describe a window (and optionally a plan)")
     p.add_argument("file", nargs="?", help="instance .npz (default: the embedded default)")
     p.add_argument("--plan", help="plan .json to describe row by row")
+    add_cost(p)
     add_json(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    instance, path = open_instance(args.file)
+    instance, path = open_instance(args.file, args.cost)
     w, c = instance.window, instance.cluster
     identity = Placement.identity(w.num_layers, w.num_experts, c.ep)
     load = rank_load(w, identity)
@@ -39,7 +39,7 @@ def run(args) -> int:
     }
     rows = None
     if args.plan:
-        plan = load_plan(args.plan, instance)
+        plan = load_plan_for(args.plan, instance, "--plan")
         costs = layout_costs(instance, plan.placement, plan.layout)
         rows = [[r, *(f"{x:.4g}" for x in costs.joint[r])] for r in range(plan.num_rows)]
         bounds = cost_bounds(instance, plan.num_rows, plan.placement)   # for the plan's placement
