@@ -5,23 +5,43 @@ Each subcommand lives in its own module of :mod:`rp_opt.commands` and defines
 exit code``). Modules are discovered, so adding a command edits no other file.
 
 Exit codes: 0 success, 1 the answer is negative (an invalid plan, an infeasible window),
-2 bad input (one line on stderr naming the field and value).
+2 bad input (one line on stderr naming the field and value; with ``--json`` also
+``{"error": {"field": ..., "message": ...}}`` on stdout). Argument errors of argparse are
+bad input too and take the same one line.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import pkgutil
+import re
 import sys
 
 from . import commands
 from .errors import InputError
 
 
+class _ArgumentParserExit(Exception):
+    """An argparse error, raised instead of argparse's usage text and exit."""
+
+    def __init__(self, prog: str, message: str):
+        super().__init__(message)
+        self.prog, self.message = prog, message
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with errors raised (:func:`main` prints them as one line); subparsers
+    inherit the class."""
+
+    def error(self, message):
+        raise _ArgumentParserExit(self.prog, message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rp-opt", description="Expert placement and sample packing for MoE RL steps.")
+    parser = _Parser(prog="rp-opt", description="Expert placement and sample packing for MoE RL steps.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -33,13 +53,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _ArgumentParserExit(Exception):
-    pass
+def _argument_error(exc: _ArgumentParserExit) -> InputError:
+    """argparse's message as an :class:`InputError` naming the argument
+    ("argument --seed: ..." -> field ``--seed``), with where to find the usage."""
+    match = re.match(r"argument ([^:]+): (.*)$", exc.message, re.S)
+    field, message = (match.group(1), match.group(2)) if match else ("arguments", exc.message)
+    field = field.split("/")[-1]  # -o/--output -> --output
+    return InputError(field, " ".join(message.split()) + f" (see {exc.prog} --help)")
+
+
+def _report(exc: InputError, as_json: bool) -> int:
+    """The one place bad input is reported: one line on stderr, the same as a JSON object
+    on stdout with ``--json``; exit code 2."""
+    print(f"error: {exc}", file=sys.stderr)
+    if as_json:
+        text = str(exc)
+        prefix = f"{exc.field}: "
+        message = text[len(prefix):] if text.startswith(prefix) else text
+        json.dump({"error": {"field": exc.field, "message": message}}, sys.stdout)
+        sys.stdout.write("\n")
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _ArgumentParserExit as exc:
+        return _report(_argument_error(exc), "--json" in argv)
     level = logging.WARNING - 10 * min(args.verbose, 2) if args.verbose else logging.INFO
     logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr)
     logging.getLogger("rp_opt").setLevel(level)
@@ -52,8 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return _report(exc, bool(getattr(args, "json", False)))
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

@@ -27,6 +27,7 @@ import os
 import numpy as np
 
 from .errors import InputError, require
+from .io import check_writable
 from .result import Plan
 from .solution import Layout, Placement
 
@@ -133,9 +134,8 @@ def export_plan(plan: Plan, prefix: str | os.PathLike, previous_phy2log: np.ndar
     if extra:
         data.update(extra)
     json_path, npz_path = prefix + ".json", prefix + ".npz"
-    directory = os.path.dirname(json_path)
-    if directory:
-        require(os.path.isdir(directory), "-o", f"directory {directory} does not exist")
+    check_writable(json_path, "-o")
+    check_writable(npz_path, "-o")
     with open(json_path, "w") as handle:
         json.dump(data, handle)
         handle.write("\n")

@@ -30,6 +30,32 @@ from .window import Cluster, CostModel, Instance, Window
 FORMAT = "rp-opt-window/1"
 
 
+def check_writable(path: str | os.PathLike, field: str = "-o") -> str:
+    """Check, before any work, that a file can be written at ``path``.
+
+    Parameters
+    ----------
+    path
+        The output file.
+    field
+        The option that named it, for the message (``"-o"``).
+
+    Returns
+    -------
+    The path as a string; :class:`InputError` naming ``field`` and the path when it is
+    empty, a directory, or its directory is missing or not writable.
+    """
+    path = os.fspath(path)
+    require(path.strip() != "", field, "is empty")
+    require(not os.path.isdir(path), field, f"{path} is a directory")
+    directory = os.path.dirname(path)
+    if directory:
+        require(os.path.isdir(directory), field, f"directory {directory} does not exist")
+    require(os.access(directory or ".", os.W_OK), field, f"directory {directory or '.'} is not writable")
+    require(not os.path.exists(path) or os.access(path, os.W_OK), field, f"{path} is not writable")
+    return path
+
+
 def save_instance(path: str | os.PathLike, instance: Instance) -> None:
     """Write ``instance`` as an rp-opt-window/1 ``.npz`` (compressed)."""
     window, cluster = instance.window, instance.cluster

@@ -1,16 +1,21 @@
-"""Helpers shared by the subcommands: instance loading, JSON output, tables, progress."""
+"""Helpers shared by the subcommands: argument types, instance and plan loading, output
+files, JSON output, tables, progress."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
+import math
 import os
 import sys
 import time
 from importlib import resources
 
-from ..errors import InputError
-from ..io import load_instance
+from ..errors import InputError, require
+from ..io import check_writable, load_instance, plan_from_dict, read_plan_file
 from ..result import _jsonable
+from ..solution import cell_samples
 from ..window import Instance
 
 DEFAULT_INSTANCE = "default.npz"
@@ -30,10 +35,142 @@ def default_instance_path() -> str:
     raise InputError("file", f"the default instance {DEFAULT_INSTANCE} is not installed; pass a FILE.npz")
 
 
-def open_instance(path: str | None) -> tuple[Instance, str]:
-    """Load ``path`` (or the embedded default when None) and return it with its path."""
+def open_instance(path: str | None, cost: str | None = None) -> tuple[Instance, str]:
+    """Load ``path`` (or the embedded default when None) and return it with its path.
+
+    Parameters
+    ----------
+    path
+        Instance ``.npz``; None: the embedded default.
+    cost
+        ``--cost``: a cost model file (``rp-opt calibrate -o COST.json``) or a model spec
+        name that replaces the window's own cost model; None keeps it.
+    """
     path = path or default_instance_path()
-    return load_instance(path), path
+    instance = load_instance(path)
+    if cost is not None:
+        instance = dataclasses.replace(instance, cost=load_cost(cost, instance.window.num_layers))
+    return instance, path
+
+
+def load_cost(cost: str, num_layers: int):
+    """The :class:`~rp_opt.window.CostModel` of ``--cost``: a cost JSON file or a model spec
+    name (read by the same loader as ``Planner(cluster, cost)``)."""
+    from ..planner import _load_cost
+
+    try:
+        model, spec = _load_cost(cost)
+        if model is None:
+            from ..models import cost_from_spec
+
+            model = cost_from_spec(spec, num_layers)
+    except InputError as exc:
+        text = str(exc)
+        raise InputError("--cost", text[len("cost: "):] if exc.field == "cost" else text) from None
+    return model
+
+
+def add_cost(parser) -> None:
+    """``--cost COST.json``: score with a calibrated cost model instead of the window's."""
+    parser.add_argument("--cost", metavar="COST.json",
+                        help="cost model to use instead of the window's: a file written by 'rp-opt calibrate -o' "
+                             "(or a model spec name)")
+
+
+def load_plan_for(path: str, instance: Instance, field: str = "file"):
+    """Read the plan file ``path`` for ``instance`` into a validated :class:`~rp_opt.result.Plan`.
+
+    A plan written for another window (other sample count, slot count or placement shape)
+    is reported as such, naming ``field``, before the cell-by-cell checks.
+    """
+    data = read_plan_file(path, field)
+    require_same_window(data, instance, field, path)
+    require_score(data)
+    return plan_from_dict(instance, data)
+
+
+def require_score(data: dict) -> None:
+    """:class:`InputError` on ``score`` unless the raw plan's stored score (if any) is a
+    list of numbers."""
+    claimed = data.get("score")
+    require(claimed is None or (isinstance(claimed, list) and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) for x in claimed)), "score",
+        f"must be a list of numbers, got {claimed!r}")
+
+
+def require_same_window(data: dict, instance: Instance, field: str, path: str) -> None:
+    """:class:`InputError` on ``field`` when the raw plan ``data`` is plainly for another
+    window: another N (entries in its cells), D (slots per row) or (L, E) placement shape.
+    Malformed files pass through (the full parsers name their problem)."""
+    window, cluster = instance.window, instance.cluster
+    rows, placement = data.get("rows"), data.get("placement")
+    if isinstance(rows, list) and rows and all(isinstance(row, list) for row in rows):
+        slots = {len(row) for row in rows}
+        require(len(slots) != 1 or slots == {cluster.dp}, field,
+                f"{path}: plan has {len(rows[0])} slots per row, the window's cluster has D={cluster.dp}")
+        if len(slots) == 1:
+            # malformed cells are named by the cell parser, before the count can mislead
+            count = sum(len(cell_samples(cell, f"rows[{r}][{d}]")) for r, row in enumerate(rows)
+                        for d, cell in enumerate(row))
+            require(count == window.num_samples, field,
+                    f"{path}: plan is for N={count} samples, the window has {window.num_samples}")
+    if isinstance(placement, list) and placement and all(isinstance(layer, list) for layer in placement):
+        shape = (len(placement), len(placement[0]))
+        require(shape == (window.num_layers, window.num_experts), field,
+                f"{path}: plan is for L={shape[0]} layers x E={shape[1]} experts, the window has "
+                f"L={window.num_layers} x E={window.num_experts}")
+
+
+# ------------------------------------------------------------------ argument types
+def int_arg(minimum: int):
+    """An argparse ``type``: an integer >= ``minimum`` (one-line error naming the flag)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"int>={minimum}"
+    return parse
+
+
+seed_arg = int_arg(0)
+
+
+def seconds_arg(text: str) -> float:
+    """An argparse ``type`` for ``--time-limit``: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    return value
+
+
+# ------------------------------------------------------------------ output files
+def check_output(path: str | None, flag: str = "-o") -> None:
+    """Before any work: :class:`InputError` naming ``flag`` when ``path`` (if given) cannot
+    be written (its directory is missing, or it is a directory)."""
+    if path is not None:
+        check_writable(path, flag)
+
+
+def write_output(save, path: str, *what, flag: str = "-o") -> str | None:
+    """``save(path, *what)`` after the work is done; when writing fails anyway, print one
+    line on stderr and return it (the caller still prints its result), else None."""
+    try:
+        save(path, *what)
+    except (OSError, InputError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        message = f"{flag}: cannot write {path} ({reason})"
+        print(f"error: {message}", file=sys.stderr)
+        return message
+    return None
 
 
 def add_json(parser) -> None:
@@ -41,8 +178,20 @@ def add_json(parser) -> None:
 
 
 def emit_json(data: dict) -> None:
-    json.dump(_jsonable(data), sys.stdout, indent=1)
+    """Print ``data`` as strict JSON on stdout (NaN and infinities become ``null``)."""
+    json.dump(_finite(_jsonable(data)), sys.stdout, indent=1, allow_nan=False)
     sys.stdout.write("\n")
+
+
+def _finite(value):
+    """``value`` with every non-finite float replaced by None (strict JSON has no NaN)."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def table(headers: list[str], rows: list[list], file=None) -> str:

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import require
 from ..result import INFEASIBLE, OPTIMAL
-from ._common import add_json, emit_json, table
+from ._common import add_json, emit_json, seconds_arg, table
 
 
 def register(subparsers) -> None:
@@ -21,7 +21,7 @@ def register(subparsers) -> None:
                     "in time, 2 on bad input.")
     parser.add_argument("file", nargs="?", help="instance .npz (rp-opt-window/1); default: the embedded instance")
     parser.add_argument("--bpp", metavar="FILE.txt", help="a BPPLIB bin-packing file instead (D = 1); reports bins")
-    parser.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="seconds (default 10)")
+    parser.add_argument("--time-limit", type=seconds_arg, default=10.0, metavar="S", help="seconds (default 10)")
     parser.add_argument("--exact", choices=["auto", "arcflow", "cpsat", "highs", "none"], default="auto",
                         help="exact model for the row-count decision (default auto)")
     add_json(parser)
@@ -44,7 +44,6 @@ def _window_arrays(path: str):
 def run(args) -> int:
     from ..rows import certify_bins, read_bpplib
 
-    require(args.time_limit > 0, "--time-limit", f"must be > 0, got {args.time_limit}")
     if args.bpp:
         require(args.file is None, "file", "give either FILE.npz or --bpp FILE.txt, not both")
         weights, capacity = read_bpplib(args.bpp)

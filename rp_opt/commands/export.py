@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..check import check_plan
 from ..errors import require
 from ..io import plan_from_dict, read_plan_file
-from ._common import add_json, emit_json, open_instance
+from ._common import add_json, check_output, emit_json, open_instance, require_same_window
 
 
 def register(sub) -> None:
@@ -23,8 +25,11 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..export import export_plan, load_export
 
+    check_output(args.output + ".json")
+    check_output(args.output + ".npz")
     instance, path = open_instance(args.file)
     data = read_plan_file(args.plan)
+    require_same_window(data, instance, "plan", args.plan)
     report = check_plan(instance, data["placement"], data["rows"], data.get("objective", "sync"))
     if not report.valid:
         out = {"valid": False, "violations": report.violations, "file": path, "plan": args.plan}
@@ -41,6 +46,16 @@ def run(args) -> int:
     if args.previous:
         arrays = load_export(args.previous)
         require("phy2log" in arrays, "--previous", f"{args.previous} has no phy2log array")
+        ranks = plan.placement.num_ranks
+        if "placement" in arrays and np.asarray(arrays["placement"]).size:
+            # a balanced placement uses every rank: its largest rank + 1 is the export's P
+            theirs = int(np.asarray(arrays["placement"]).max()) + 1
+            require(theirs == ranks, "--previous",
+                    f"{args.previous} is an export for P={theirs} EP ranks, this plan's cluster has P={ranks}")
+        shape = np.shape(arrays["phy2log"])
+        expected = (plan.placement.num_layers, plan.placement.num_experts)
+        require(shape == expected, "--previous",
+                f"{args.previous} has phy2log of shape {shape}, this plan has (L, E) = {expected}")
         previous = arrays["phy2log"]
     json_path, npz_path = export_plan(plan, args.output, previous)
     out = {"valid": True, "json": json_path, "npz": npz_path, "num_rows": plan.num_rows,

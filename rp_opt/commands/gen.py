@@ -6,7 +6,7 @@ import time
 
 from ..io import save_instance
 from ..synth import SAMPLES_PER_CHUNK, generate
-from ._common import Progress, add_json, emit_json
+from ._common import Progress, add_json, check_output, emit_json, seed_arg, write_output
 
 
 def register(sub) -> None:
@@ -24,13 +24,14 @@ def register(sub) -> None:
     p.add_argument("--skew", type=float, default=1.0, help="expert popularity skew")
     p.add_argument("--group-size", type=int, default=8, help="responses per prompt")
     p.add_argument("--drift-steps", type=int, default=0, help="policy updates of routing drift")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("-o", "--output", required=True, help="output .npz")
+    p.add_argument("--seed", type=seed_arg, default=0, help="random seed, an integer >= 0 (default 0)")
+    p.add_argument("-o", "--output", required=True, help="output .npz (its directory must exist)")
     add_json(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
+    check_output(args.output)
     start = time.perf_counter()
     chunks = -(-args.samples // SAMPLES_PER_CHUNK)
     bar = Progress(chunks, "routing", enabled=None if not args.json else False)
@@ -39,14 +40,17 @@ def run(args) -> int:
                         seed=args.seed, max_samples_per_cell=args.max_samples_per_cell, skew=args.skew,
                         group_size=args.group_size, drift_steps=args.drift_steps,
                         progress=lambda done, total: bar.step(f"{done}/{total} samples"))
-    save_instance(args.output, instance)
+    write_error = write_output(save_instance, args.output, instance)
     w = instance.window
-    info = {"file": args.output, "model": instance.model, "samples": w.num_samples, "layers": w.num_layers,
-            "experts": w.num_experts, "top_k": w.top_k, "tokens": int(w.lengths.sum()),
+    info = {"file": None if write_error else args.output, "model": instance.model, "samples": w.num_samples,
+            "layers": w.num_layers, "experts": w.num_experts, "top_k": w.top_k, "tokens": int(w.lengths.sum()),
             "max_length": int(w.lengths.max()), "seconds": time.perf_counter() - start}
+    if write_error:
+        info["write_error"] = write_error
     if args.json:
         emit_json(info)
     else:
-        print(f"wrote {args.output}: {w.num_samples} samples, {int(w.lengths.sum())} tokens, "
+        print(f"{'not written' if write_error else 'wrote ' + args.output}: {w.num_samples} samples, "
+              f"{int(w.lengths.sum())} tokens, "
               f"L={w.num_layers}, E={w.num_experts}, top-{w.top_k} ({instance.model})")
-    return 0
+    return 2 if write_error else 0

@@ -11,7 +11,8 @@ import numpy as np
 from ..errors import InputError, require
 from ..io import placement_from_list, read_json
 from ..solution import Layout, Placement
-from ._common import Progress, add_json, emit_json, open_instance, table
+from ._common import (Progress, add_json, check_output, emit_json, open_instance, require_same_window, seconds_arg,
+                      table, write_output)
 
 log = logging.getLogger("rp_opt")
 
@@ -29,7 +30,7 @@ def register(sub) -> None:
                         "(min sum_{r,g} max_p W for the layout of --current or a baseline layout)")
     p.add_argument("--current", metavar="PLAN.json",
                    help="plan file holding the current placement (and layout); default: identity")
-    p.add_argument("--time-limit", type=float, default=10.0, help="exact: seconds per layer (default 10)")
+    p.add_argument("--time-limit", type=seconds_arg, default=10.0, help="exact: seconds per layer (default 10)")
     p.add_argument("--mip-gap", type=float, default=1e-3, help="exact: relative gap to stop at (default 1e-3)")
     p.add_argument("--tolerance", type=float, default=0.0,
                    help="migration: allowed relative excess of the max rank load (default 0)")
@@ -45,6 +46,7 @@ def register(sub) -> None:
 def _read_current(path: str, instance) -> tuple[Placement, Layout | None]:
     data = read_json(path, "--current")
     require(isinstance(data, dict) and "placement" in data, "--current", f"{path} has no 'placement'")
+    require_same_window(data, instance, "--current", path)
     placement = placement_from_list(instance, data["placement"])
     layout = None
     if isinstance(data.get("rows"), list):
@@ -81,12 +83,12 @@ def run(args) -> int:
                              placement_lower_bound)
     from ..result import FEASIBLE, OPTIMAL
 
-    require(args.time_limit > 0, "--time-limit", f"must be > 0, got {args.time_limit}")
     require(args.mip_gap >= 0, "--mip-gap", f"must be >= 0, got {args.mip_gap}")
     require(args.tolerance >= 0, "--tolerance", f"must be >= 0, got {args.tolerance}")
     objective = get_placement_objective(args.objective)
     require(args.method == "exact" or objective.name == "aggregate", "--objective",
             f"{objective.name!r} needs --method exact")
+    check_output(args.output)
     instance, path = open_instance(args.file)
     window, num_ranks = instance.window, instance.cluster.ep
     if args.current:
@@ -154,12 +156,12 @@ def run(args) -> int:
             layout = _baseline_layout(instance)
         plan = Plan(placement, layout, "sync", score(instance, placement, layout, "sync"),
                     {"placement_method": args.method, "placement_objective": objective.name})
-        save_plan(args.output, plan)
-        out["plan_file"] = args.output
+        write_error = write_output(save_plan, args.output, plan)
+        out["write_error" if write_error else "plan_file"] = write_error or args.output
 
     if args.json:
         emit_json(out)
-        return 0
+        return 2 if out.get("write_error") else 0
     unit = "" if objective.name == "aggregate" else f"  ({objective.name} value / bound per layer)"
     rows = []
     for l in range(window.num_layers):
@@ -177,6 +179,6 @@ def run(args) -> int:
     m = migration.summary()
     print(f"migration: {m['transfers']} experts move, {m['kept']} stay; {m['rounds']} rounds "
           f"(each rank sends <= 1, receives <= 1); {m['total_bytes']} bytes per shard")
-    if args.output:
+    if out.get("plan_file"):
         print(f"plan written to {args.output}")
-    return 0
+    return 2 if out.get("write_error") else 0

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 
 from ..check import check
-from ..io import load_plan, save_plan
+from ..io import save_plan
 from ..solvers import get_solver
-from ._common import add_json, emit_json, open_instance, table
+from ._common import (add_cost, add_json, check_output, emit_json, load_plan_for, open_instance, seconds_arg, seed_arg,
+                      table, write_output)
 
 log = logging.getLogger("rp_opt")
 
@@ -16,12 +17,14 @@ def register(sub) -> None:
     p = sub.add_parser("plan", help="plan placement and packing for a window")
     p.add_argument("file", nargs="?", help="instance .npz (default: the embedded default instance)")
     p.add_argument("--solver", default="baseline",
-                   help="baseline (identity+ffd), kk, lpt-ffd, exact, joint, heuristic, auto")
-    p.add_argument("--objective", default="sync", help="shard, sync, or another registered objective")
-    p.add_argument("--time-limit", type=float, default=10.0, help="seconds (best plan so far is returned)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--warm-start", metavar="PLAN.json", help="start from this plan")
-    p.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan file")
+                   help="baseline (identity+ffd; the default), kk, lpt-ffd, exact, joint, heuristic, auto")
+    p.add_argument("--objective", default="sync", help="shard, sync (the default), or another registered objective")
+    p.add_argument("--time-limit", type=seconds_arg, default=10.0,
+                   help="seconds, finite and > 0 (default 10; the best plan so far is returned)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="random seed, an integer >= 0 (default 0)")
+    p.add_argument("--warm-start", metavar="PLAN.json", help="start from this plan (a plan for the same window)")
+    add_cost(p)
+    p.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan file (its directory must exist)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a solver option (repeatable), e.g. refine=true for heuristic, backend=highs for "
                         "exact; VALUE is read as JSON when it parses (numbers, true/false, lists), else as text")
@@ -29,8 +32,17 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
+# solver arguments that have their own flag; as an --option they would be given twice
+FLAG_OPTIONS = {"seed": "--seed", "time_limit": "--time-limit", "objective": "--objective",
+                "warm_start": "--warm-start", "instance": "FILE"}
+
+
 def parse_options(items: list[str]) -> dict:
-    """``["refine=true", "replicas=16"]`` -> ``{"refine": True, "replicas": 16}``."""
+    """``["refine=true", "replicas=16"]`` -> ``{"refine": True, "replicas": 16}``.
+
+    :class:`~rp_opt.errors.InputError` on ``--option`` for an item that is not KEY=VALUE
+    or names an argument that has its own flag (``seed=3``: use ``--seed``).
+    """
     import json
 
     from ..errors import InputError
@@ -40,6 +52,8 @@ def parse_options(items: list[str]) -> dict:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
             raise InputError("--option", f"must be KEY=VALUE, got {item!r}")
+        if key.strip() in FLAG_OPTIONS:
+            raise InputError("--option", f"{item!r}: {key.strip()} has its own flag, use {FLAG_OPTIONS[key.strip()]}")
         try:
             value = json.loads(text)
         except ValueError:
@@ -53,16 +67,24 @@ def run(args) -> int:
     from ..errors import InputError
     from ..result import FEASIBLE, INFEASIBLE, OPTIMAL
 
-    if args.time_limit <= 0:
-        raise InputError("--time-limit", f"must be > 0, got {args.time_limit}")
     get_objective(args.objective)
-    instance, path = open_instance(args.file)
-    solver = get_solver(args.solver)
-    warm = load_plan(args.warm_start, instance) if args.warm_start else None
-    log.info("planning %s with %s (%s, limit %.1f s)", path, args.solver, args.objective, args.time_limit)
     options = parse_options(args.option)
-    result = solver(instance, objective=args.objective, time_limit=args.time_limit, seed=args.seed, warm_start=warm,
-                    **options)
+    check_output(args.output)
+    solver = get_solver(args.solver)
+    instance, path = open_instance(args.file, args.cost)
+    warm = load_plan_for(args.warm_start, instance, "--warm-start") if args.warm_start else None
+    log.info("planning %s with %s (%s, limit %.1f s)", path, args.solver, args.objective, args.time_limit)
+    try:
+        result = solver(instance, objective=args.objective, time_limit=args.time_limit, seed=args.seed,
+                        warm_start=warm, **options)
+    except InputError:
+        raise
+    except (TypeError, ValueError, OverflowError) as exc:
+        if not options:
+            raise
+        # a solver that does not check an option's value itself: still one line, naming the options
+        given = ", ".join(args.option)
+        raise InputError("--option", f"{given}: {type(exc).__name__}: {exc}") from None
     out = result.to_dict()
     out["file"] = path
     if result.plan is not None:
@@ -71,8 +93,8 @@ def run(args) -> int:
         if not report.valid:
             out["violations"] = report.violations
         if args.output:
-            save_plan(args.output, result.plan)
-            out["plan_file"] = args.output
+            write_error = write_output(save_plan, args.output, result.plan)
+            out["write_error" if write_error else "plan_file"] = write_error or args.output
     if args.json:
         emit_json(out)
     else:
@@ -83,8 +105,10 @@ def run(args) -> int:
         extra += [[f"gap: {k}", f"{100 * v:.4f} %"] for k, v in (stats.get("gap_split") or {}).items()]
         if extra:
             print(table(["stat", "value"], extra))
-        if args.output and result.plan is not None:
+        if out.get("plan_file"):
             print(f"plan written to {args.output}")
+    if out.get("write_error"):
+        return 2
     if result.status == INFEASIBLE:
         return 1
     if result.plan is not None and not out.get("valid", True):
