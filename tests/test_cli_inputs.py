@@ -1,0 +1,290 @@
+"""Bad input on the command line: one line naming the flag or field and the value, exit
+code 2, never a traceback (and with --json an error object on stdout)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from rp_opt.cli import main
+
+GEN = ["gen", "--samples", "16", "--dp", "4", "--edp", "2", "--ep", "2", "--capacity", "4096", "--layers", "2"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A 16-sample window, a 24-sample one, a baseline plan of the first and its export."""
+    root = tmp_path_factory.mktemp("cli_inputs")
+    w16, w24, plan = str(root / "w16.npz"), str(root / "w24.npz"), str(root / "p.json")
+    assert main(GEN + ["--seed", "0", "-o", w16, "--json"]) == 0
+    assert main(["gen", "--samples", "24", "--dp", "4", "--edp", "2", "--ep", "2", "--capacity", "4096",
+                 "--layers", "2", "-o", w24, "--json"]) == 0
+    assert main(["plan", w16, "--solver", "baseline", "-o", plan, "--json"]) == 0
+    return {"root": root, "w16": w16, "w24": w24, "plan": plan}
+
+
+def _bad(capsys, argv, *needles):
+    """Run ``argv``: exit code 2, exactly one stderr line, holding every needle."""
+    code = main(argv)
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip() and not line.startswith(
+        ("Running HiGHS", "Includes third-party", "planning "))]
+    assert code == 2, (code, captured.err)
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return captured
+
+
+def _plan_data(files):
+    with open(files["plan"]) as handle:
+        return json.load(handle)
+
+
+def _write(files, name, data):
+    path = files["root"] / name
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+# ------------------------------------------------------------------ item 2: output paths
+@pytest.mark.parametrize("command", ["plan", "place", "gen", "calibrate"])
+def test_output_path_checked_before_any_work(files, capsys, command, tmp_path):
+    missing = str(tmp_path / "nodir" / "out.json")
+    args = {"plan": ["plan", files["w16"], "--solver", "heuristic", "--time-limit", "1"],
+            "place": ["place", files["w16"], "--method", "lpt"],
+            "gen": GEN,
+            "calibrate": ["calibrate", str(tmp_path / "does-not-matter.json"), "--window", files["w16"]]}[command]
+    _bad(capsys, args + ["-o", missing], "-o:", "nodir", "does not exist")
+    _bad(capsys, args + ["-o", str(tmp_path)], "-o:", str(tmp_path), "is a directory")
+
+
+def test_export_output_checked_up_front(files, capsys, tmp_path):
+    _bad(capsys, ["export", files["w16"], files["plan"], "-o", str(tmp_path / "nodir" / "x")], "-o:", "does not exist")
+
+
+def test_write_failure_after_solving_still_prints_the_result(files, capsys, monkeypatch, tmp_path):
+    import rp_opt.commands.plan as plan_command
+
+    def broken(path, plan):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(plan_command, "save_plan", broken)
+    out = str(tmp_path / "p.json")
+    assert main(["plan", files["w16"], "--json", "-o", out]) == 2
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["valid"] is True and "plan_file" not in data
+    assert "No space left on device" in data["write_error"]
+    assert [line for line in captured.err.splitlines() if line.startswith("error:")] == [
+        f"error: {data['write_error']}"]
+    assert main(["plan", files["w16"], "-o", out]) == 2
+    captured = capsys.readouterr()
+    assert "score" in captured.out and "plan written" not in captured.out
+
+
+# ------------------------------------------------------------------ items 3, 9: flags
+@pytest.mark.parametrize("argv, needles", [
+    (["plan", "--seed", "-1"], ["--seed", "-1"]),
+    (GEN + ["--seed", "-1", "-o", "x.npz"], ["--seed", "-1"]),
+    (["plan", "--time-limit", "inf"], ["--time-limit", "inf"]),
+    (["plan", "--time-limit", "nan"], ["--time-limit", "nan"]),
+    (["plan", "--time-limit", "0"], ["--time-limit", "0"]),
+    (["certify", "--time-limit", "inf"], ["--time-limit", "inf"]),
+    (["place", "--time-limit=-inf"], ["--time-limit", "-inf"]),
+    (["bench", "tiny", "--time-limit", "inf"], ["--time-limit", "inf"]),
+    (["plan", "--seed", "1.5"], ["--seed", "1.5"]),
+    (["gen"], ["-o/--output", "rp-opt gen --help"]),
+])
+def test_bad_flags_one_line(capsys, argv, needles):
+    _bad(capsys, argv, *needles)
+
+
+@pytest.mark.parametrize("option, needles", [
+    ("seed=3", ["--option", "seed=3", "--seed"]),
+    ("time_limit=2", ["--option", "--time-limit"]),
+    ("objective=shard", ["--option", "--objective"]),
+])
+def test_option_that_has_its_own_flag(files, capsys, option, needles):
+    _bad(capsys, ["plan", files["w16"], "--solver", "heuristic", "--time-limit", "1", "--option", option], *needles)
+
+
+def test_option_value_a_solver_does_not_check_is_one_line(files, capsys):
+    _bad(capsys, ["plan", files["w16"], "--solver", "exact", "--time-limit", "1", "--option", "num_rows=abc"],
+         "num_rows", "abc")
+
+
+# ------------------------------------------------------------------ item 14: --json errors
+def test_json_error_object_on_stdout(files, capsys):
+    captured = _bad(capsys, ["plan", files["w16"], "--seed", "-1", "--json"], "--seed")
+    assert json.loads(captured.out) == {"error": {"field": "--seed",
+                                                  "message": "must be an integer >= 0, got -1 (see rp-opt plan --help)"}}
+    captured = _bad(capsys, ["plan", files["w16"], "--solver", "magic", "--json"], "solver")
+    error = json.loads(captured.out)["error"]
+    assert error["field"] == "solver" and "magic" in error["message"]
+    captured = _bad(capsys, ["show", files["w16"], "--plan", "nope.json"], "nope.json")
+    assert captured.out == ""  # without --json, nothing on stdout
+
+
+# ------------------------------------------------------------------ items 3, 11: eval
+@pytest.mark.parametrize("cell, needles", [
+    ([None, 0], ["rows[0][0]", "None"]),
+    (["a"], ["rows[0][0]", "'a'"]),
+    (5, ["rows[0][0]", "must be a list", "5"]),
+    ([[2]], ["rows[0][0]", "[2]"]),
+    ([1.5], ["rows[0][0]", "1.5"]),
+    ([2.0], ["rows[0][0]", "2.0"]),
+    ([True], ["rows[0][0]", "True"]),
+])
+def test_eval_and_show_reject_malformed_cells_alike(files, capsys, cell, needles):
+    data = _plan_data(files)
+    data["rows"][0][0] = cell
+    path = _write(files, "bad_cell.json", data)
+    _bad(capsys, ["eval", files["w16"], path], *needles)
+    _bad(capsys, ["eval", files["w16"], path, "--json"], *needles)
+    _bad(capsys, ["show", files["w16"], "--plan", path], *needles)
+
+
+def test_eval_out_of_range_sample_is_a_violation(files, capsys):
+    data = _plan_data(files)
+    data["rows"][0][0] = data["rows"][0][0] + [99]
+    path = _write(files, "oob.json", data)
+    assert main(["eval", files["w16"], path, "--json"]) == 1
+    assert any("sample 99" in v for v in json.loads(capsys.readouterr().out)["violations"])
+
+
+def test_eval_score_and_rows(files, capsys):
+    data = _plan_data(files)
+    data["score"] = "x"
+    path = _write(files, "score.json", data)
+    _bad(capsys, ["eval", files["w16"], path], "score", "'x'")
+    _bad(capsys, ["show", files["w16"], "--plan", path], "score", "'x'")
+    for rows in ("0", "-1", "abc"):
+        _bad(capsys, ["eval", files["w16"], files["plan"], "--rows", rows], "--rows", rows)
+    assert main(["eval", files["w16"], files["plan"], "--rows", "1", "--json"]) in (0, 1)
+
+
+# ------------------------------------------------------------------ item 16: warm start
+def test_warm_start_for_another_window(files, capsys):
+    _bad(capsys, ["plan", files["w24"], "--warm-start", files["plan"]],
+         "--warm-start", "plan is for N=16 samples, the window has 24")
+    _bad(capsys, ["show", files["w24"], "--plan", files["plan"]], "--plan", "N=16", "24")
+    data = _plan_data(files)
+    data["rows"] = [row[:-1] for row in data["rows"]]
+    path = _write(files, "fewslots.json", data)
+    _bad(capsys, ["plan", files["w16"], "--warm-start", path], "--warm-start", "3 slots per row", "D=4")
+
+
+# ------------------------------------------------------------------ item 17: export --previous
+def test_export_previous_from_another_cluster(files, capsys, tmp_path):
+    other = str(tmp_path / "w4.npz")
+    other_plan = str(tmp_path / "p4.json")
+    assert main(["gen", "--samples", "16", "--dp", "4", "--edp", "2", "--ep", "4", "--capacity", "4096",
+                 "--layers", "2", "-o", other, "--json"]) == 0
+    assert main(["plan", other, "-o", other_plan, "--json"]) == 0
+    assert main(["export", other, other_plan, "-o", str(tmp_path / "ex4"), "--json"]) == 0
+    capsys.readouterr()
+    _bad(capsys, ["export", files["w16"], files["plan"], "-o", str(tmp_path / "ex2"),
+                  "--previous", str(tmp_path / "ex4.npz")], "--previous", "P=4", "P=2")
+    assert main(["export", files["w16"], files["plan"], "-o", str(tmp_path / "ex2"), "--json"]) == 0
+
+
+# ------------------------------------------------------------------ item 18: certify --bpp
+def test_certify_bpp_item_larger_than_capacity(capsys, tmp_path):
+    path = tmp_path / "big.txt"
+    path.write_text("3\n10\n4\n11\n5\n")
+    _bad(capsys, ["certify", "--bpp", str(path)], "item 1", "11", "capacity 10")
+
+
+# ------------------------------------------------------------------ item 7: calibrate
+def _timings(files, times):
+    """Two measured runs of the plan (enough values to fit)."""
+    return {"format": "rp-opt-timings/1", "runs": [{"plan_file": files["plan"], "times": times}] * 2}
+
+
+def test_calibrate_rejects_degenerate_timings(files, capsys):
+    rows = len(_plan_data(files)["rows"])
+    zeros = _write(files, "zeros.json", _timings(files, [[0.0, 0.0]] * rows))
+    captured = _bad(capsys, ["calibrate", zeros, "--window", files["w16"], "--json"], "times", "are 0")
+    assert json.loads(captured.out)["error"]["field"] == "times"
+    text = json.dumps(_timings(files, [[1.0, 1.0]] * rows)).replace("1.0, 1.0]", "NaN, 1.0]", 1)
+    nan = files["root"] / "nan.json"
+    nan.write_text(text)
+    _bad(capsys, ["calibrate", str(nan), "--window", files["w16"]], "times[0][0]", "nan")
+
+
+def test_calibrate_json_is_strict(capsys, tmp_path):
+    """No measured time above 0 would make the relative error NaN: --json holds null."""
+    from rp_opt.commands._common import emit_json
+
+    emit_json({"rel_rms": float("nan"), "nested": [float("inf"), 1.0]})
+    text = capsys.readouterr().out
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard {c}")) == {
+        "rel_rms": None, "nested": [None, 1.0]}
+
+
+def test_calibrate_all_zero_fit_rejected():
+    from rp_opt.calibrate import TimingRun, fit_cost
+    from rp_opt.errors import InputError
+    from rp_opt.solvers import get_solver
+    from rp_opt.synth import generate
+
+    instance = generate("ling-tiny-like", samples=16, dp=4, edp=2, ep=2, capacity=4096, layers=2, seed=0)
+    plan = get_solver("baseline")(instance, objective="sync").plan
+    run = TimingRun(instance, plan, np.zeros((plan.num_rows, 2)))
+    with pytest.raises(InputError, match="are 0"):
+        fit_cost([run, run])
+
+
+# ------------------------------------------------------------------ item 8: --cost
+def test_cost_option(files, capsys, tmp_path):
+    from rp_opt.calibrate import save_cost
+    from rp_opt.window import CostModel, Stage
+
+    cost = str(tmp_path / "cost.json")
+    save_cost(cost, CostModel((Stage("linear", 2, 1e-3, 0.0),), 1e-4))
+    assert main(["plan", files["w16"], "--json"]) == 0
+    default = json.loads(capsys.readouterr().out)["score"]
+    assert main(["plan", files["w16"], "--cost", cost, "--json", "-o", str(tmp_path / "p.json")]) == 0
+    calibrated = json.loads(capsys.readouterr().out)["score"]
+    assert calibrated[0] < default[0] / 10  # scored with the file's much smaller coefficients
+    assert main(["eval", files["w16"], str(tmp_path / "p.json"), "--cost", cost, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["score"] == calibrated and out["score_matches"] is True
+    assert main(["show", files["w16"], "--cost", cost, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cost"]["gamma"] == 1e-4
+    _bad(capsys, ["plan", files["w16"], "--cost", str(tmp_path / "nope.json")], "--cost", "nope.json")
+
+
+# ------------------------------------------------------------------ item 13: bench
+@pytest.mark.parametrize("argv, needles", [
+    (["--objective", "nope"], ["objective", "nope"]),
+    (["--seeds", "-1"], ["--seeds", "-1"]),
+    (["--seeds", "a,b"], ["--seeds", "a,b"]),
+    (["--limit", "-1"], ["--limit", "-1"]),
+    (["--threads", "0"], ["--threads", "0"]),
+    (["--workers", "0"], ["--workers", "0"]),
+    (["--ray", "nope"], ["--ray", "nope"]),
+])
+def test_bench_checks_arguments_up_front(capsys, argv, needles):
+    _bad(capsys, ["bench", "tiny", "--solvers", "baseline", "--time-limit", "1"] + argv, *needles)
+
+
+def test_bench_reports_why_runs_failed(capsys, monkeypatch):
+    import rp_opt.bench.gap as gap
+
+    def failing(tasks, **kwargs):
+        return [{"instance": t.spec.name, "config": t.spec.config, "seed": t.spec.seed, "solver": t.solver,
+                 "status": "error", "error": "objective: boom", "valid": False} for t in tasks]
+
+    monkeypatch.setattr(gap, "run_tasks", failing)
+    assert main(["bench", "tiny", "--solvers", "baseline", "--time-limit", "1", "--limit", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "error: every run failed: objective: boom" in err
+
+
+def test_plan_help_states_defaults(capsys):
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "baseline (identity+ffd; the default)" in text and "default 10" in text
