@@ -8,13 +8,18 @@ Routing: per layer l, expert popularity logits z[l,e] ~ N(0, sigma_l^2) with sig
 across layers around ``skew`` (so some layers are mildly and some strongly skewed, as
 measured on real MoE models); a topic offset shared by all prompts of a topic and a group
 offset shared by the responses of a prompt add correlation; each sample's counts are a
-multinomial draw of k T_i tokens over the group's routing distribution, capped at T_i per
-expert (a token picks an expert at most once). ``drift_steps`` = k moves the popularity
-logits by a random walk of k policy updates, to emulate routing recorded k steps earlier.
+multinomial draw of k T_i tokens over the group's routing distribution. A token picks an
+expert at most once, so the distribution is the top-k inclusion probabilities of the
+preferences (at most 1 per expert, :func:`inclusion_probs`; an expert at 1 gets all T_i
+tokens), and counts above T_i are drawn again over the experts below the cap: every layer
+routes exactly k T_i tokens with at most T_i per expert (:func:`cap_counts`).
+``drift_steps`` = k moves the popularity logits by a random walk of k policy updates, to
+emulate routing recorded k steps earlier.
 
-Default ``skew`` is calibrated so that, under identity placement with E/P = 32, per-layer
-max/mean EP-rank load spans roughly 1.3 to 4 across layers (``scripts/calibrate_synth.py``
-prints the measured span).
+Default ``skew``: under identity placement with E/P = 32 (ling-flash-like, N = 512), per-layer
+max/mean EP-rank load spans roughly 1.25 to 2.7-3.4 across layers (seeds 0-4). Until the
+generator kept every routed token (sum_e a = k T_i) the span read 1.3 to 4, because clipping
+at T_i dropped up to a quarter of the routing and deflated the mean.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from .window import Cluster, Instance, Window
 
 SAMPLES_PER_CHUNK = 256  # samples per multinomial call: bounds memory at 256 x L x E probabilities
 LAYER_SKEW = (1.1, 2.8)  # spread of sigma_l / skew across layers (calibrated, module docstring)
+REDRAW_ROUNDS = 16  # rounds that redraw tokens removed by the per-expert cap (cap_counts)
 
 
 def synth_lengths(num_samples: int, capacity: int, rng: np.random.Generator, *, group_size: int = 8,
@@ -60,6 +66,7 @@ def synth_routing(lengths: np.ndarray, group_of: np.ndarray, num_layers: int, nu
 
     ``progress(done, total)`` is called after every chunk of samples.
     """
+    require(1 <= top_k <= num_experts, "top_k", f"must be in [1, {num_experts}] (the experts), got {top_k}")
     num_groups = int(group_of.max()) + 1
     # per-layer skew: spread around `skew` so layers range from mild to strongly skewed
     sigma = skew * rng.uniform(LAYER_SKEW[0], LAYER_SKEW[1], num_layers)
@@ -75,20 +82,109 @@ def synth_routing(lengths: np.ndarray, group_of: np.ndarray, num_layers: int, nu
     logits -= logits.max(axis=2, keepdims=True)
     probs = np.exp(logits)
     probs /= probs.sum(axis=2, keepdims=True)
+    # top-k inclusion probabilities: experts at 1 get every token of a sample (T_i), the
+    # other (k - saturated) T_i tokens are drawn over the rest in proportion to pi
+    probs = inclusion_probs(probs, top_k)
+    saturated = probs > 1 - 1e-12
+    probs[saturated] = 0.0
+    free = top_k - saturated.sum(axis=2)  # [groups, L]
+    probs /= np.maximum(free, 1)[:, :, None]
 
     n = lengths.size
     dtype = np.uint16 if lengths.max() <= np.iinfo(np.uint16).max else np.uint32
     demand = np.empty((n, num_layers, num_experts), dtype=dtype)
     for start in range(0, n, SAMPLES_PER_CHUNK):
         stop = min(n, start + SAMPLES_PER_CHUNK)
-        tokens = np.broadcast_to((top_k * lengths[start:stop])[:, None], (stop - start, num_layers))
-        counts = rng.multinomial(tokens, probs[group_of[start:stop]])
-        # a token picks each expert at most once: at most T_i tokens per expert
-        np.minimum(counts, lengths[start:stop, None, None], out=counts)
-        demand[start:stop] = counts
+        groups, length = group_of[start:stop], lengths[start:stop]
+        chunk_probs = probs[groups]
+        counts = rng.multinomial(free[groups] * length[:, None], chunk_probs)
+        counts += saturated[groups] * length[:, None, None]
+        caps = np.broadcast_to(length[:, None], (stop - start, num_layers))
+        demand[start:stop] = cap_counts(counts.reshape(-1, num_experts), caps.reshape(-1),
+                                        chunk_probs.reshape(-1, num_experts), rng).reshape(counts.shape)
         if progress is not None:
             progress(stop, n)
     return demand
+
+
+def inclusion_probs(probs: np.ndarray, top_k: int) -> np.ndarray:
+    """Per-token inclusion probabilities pi[..., E] of top-k routing with preferences ``probs``.
+
+    A token picks k distinct experts, so expert e is in its top-k with probability
+    pi_e = min(1, c p_e) <= 1, with c such that sum_e pi_e = k (water-filling: the experts
+    a plain multinomial would give more than one slot per token are saturated at 1, the
+    rest keep their relative preferences). Sampling k T tokens with probabilities pi / k
+    then gives every expert T pi_e <= T tokens in expectation. Rows of ``probs`` sum to 1;
+    the result is a new array.
+    """
+    num_experts = probs.shape[-1]
+    parts = np.partition(probs, num_experts - top_k, axis=-1)
+    top = -np.sort(-parts[..., num_experts - top_k:], axis=-1)
+    # mass outside the j largest, j = 0..k-1, summed from the small end (no cancellation)
+    rest = parts[..., :num_experts - top_k].sum(axis=-1, keepdims=True) + np.cumsum(top[..., ::-1], axis=-1)[..., ::-1]
+    del parts
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        scale = (top_k - np.arange(top_k)) / rest
+        fits = scale * top <= 1  # with j saturated, the (j+1)-th largest stays below 1
+        pi = probs * np.take_along_axis(scale, np.argmax(fits, axis=-1)[..., None], axis=-1)
+    np.minimum(pi, 1.0, out=pi)
+    np.nan_to_num(pi, copy=False, nan=0.0)
+    # rounding, or preferences that underflowed to 0: spread the deficit over the room
+    # 1 - pi_e left, pi += f (1 - pi) with f = deficit / room
+    total = pi.sum(axis=-1, keepdims=True)
+    share = (top_k - total) / np.maximum(num_experts - total, 1e-300)
+    pi *= 1 - share
+    pi += share
+    return np.clip(pi, 0.0, 1.0, out=pi)
+
+
+def cap_counts(counts: np.ndarray, caps: np.ndarray, weights: np.ndarray, rng: np.random.Generator,
+               rounds: int = REDRAW_ROUNDS) -> np.ndarray:
+    """Counts[rows, E] capped at ``caps[rows]`` per expert with the same row totals.
+
+    A token picks each expert at most once, so a row of k T tokens holds at most T per
+    expert. Every token the cap removes is drawn again over the experts still below
+    their cap, with probabilities ``weights`` renormalised, for up to ``rounds`` rounds;
+    anything still left then fills the experts with room in decreasing order of weight
+    (deterministic water-fill). Needs ``counts.sum(axis=1) <= E * caps`` (top-k with
+    k <= E). ``counts`` (int64) is changed in place and returned.
+    """
+    num_experts = counts.shape[1]
+    caps = caps.astype(np.int64)[:, None]
+    excess = np.zeros(counts.shape[0], dtype=np.int64)
+    rows = np.flatnonzero(counts.max(axis=1) > caps[:, 0])
+    sub = counts[rows]
+    excess[rows] = np.maximum(sub - caps[rows], 0).sum(axis=1)
+    counts[rows] = np.minimum(sub, caps[rows])
+    for _ in range(rounds):
+        rows = np.flatnonzero(excess)
+        if rows.size == 0:
+            return counts
+        sub = counts[rows]
+        open_weights = weights[rows] * (sub < caps[rows])
+        total = open_weights.sum(axis=1)
+        drawable = total > 0  # rows whose open experts all have zero weight wait for the fill
+        if not drawable.any():
+            break
+        rows, sub, total = rows[drawable], sub[drawable], total[drawable]
+        # one categorical draw per removed token: row r's cumulative weights span (r, r + 1]
+        cum = np.cumsum(open_weights[drawable], axis=1) / total[:, None] + np.arange(rows.size)[:, None]
+        local = np.repeat(np.arange(rows.size), excess[rows])
+        pick = np.searchsorted(cum.ravel(), local + rng.random(local.size), side="right")
+        pick = np.clip(pick, local * num_experts, (local + 1) * num_experts - 1)
+        sub += np.bincount(pick, minlength=rows.size * num_experts).reshape(sub.shape)
+        excess[rows] = np.maximum(sub - caps[rows], 0).sum(axis=1)
+        np.minimum(sub, caps[rows], out=sub)
+        counts[rows] = sub
+    rows = np.flatnonzero(excess)
+    if rows.size:
+        sub = counts[rows]
+        order = np.argsort(-weights[rows], axis=1, kind="stable")
+        room = np.take_along_axis(caps[rows] - sub, order, axis=1)
+        fill = np.clip(excess[rows, None] - (np.cumsum(room, axis=1) - room), 0, room)
+        np.put_along_axis(sub, order, np.take_along_axis(sub, order, axis=1) + fill, axis=1)
+        counts[rows] = sub
+    return counts
 
 
 def generate(model: str = "ling-tiny-like", samples: int = 256, dp: int = 8, edp: int = 1, ep: int = 8,
