@@ -32,6 +32,7 @@ from .window import Cluster, Instance, Window
 
 SAMPLES_PER_CHUNK = 256  # samples per multinomial call: bounds memory at 256 x L x E probabilities
 LAYER_SKEW = (1.1, 2.8)  # spread of sigma_l / skew across layers (calibrated, module docstring)
+MAX_GENERATE_BYTES = 8 * 2**30  # generate() refuses windows whose generation needs more memory
 REDRAW_ROUNDS = 16  # rounds that redraw tokens removed by the per-expert cap (cap_counts)
 
 
@@ -187,6 +188,66 @@ def cap_counts(counts: np.ndarray, caps: np.ndarray, weights: np.ndarray, rng: n
     return counts
 
 
+def _integer(field: str, value, minimum: int) -> int:
+    require(isinstance(value, (int, np.integer)) and not isinstance(value, bool), field,
+            f"must be an integer, got {value!r}")
+    require(value >= minimum, field, f"must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def _real(field: str, value, low: float, high: float = np.inf) -> float:
+    require(isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool), field,
+            f"must be a number, got {value!r}")
+    require(bool(np.isfinite(value)), field, f"must be finite, got {value}")
+    span = f"in [{low:g}, {high:g}]" if np.isfinite(high) else f">= {low:g}"
+    require(low <= value <= high, field, f"must be {span}, got {value}")
+    return float(value)
+
+
+def generation_bytes(samples: int, layers: int, experts: int, capacity: int, group_size: int) -> int:
+    """About the peak memory :func:`synth_routing` needs: the demand array (uint16, or
+    uint32 above 65535 tokens per sample), three float64 [groups, L, E] arrays of routing
+    probabilities and one chunk's float64/int64 working set."""
+    count_bytes = 2 if capacity <= np.iinfo(np.uint16).max else 4
+    groups = -(-samples // group_size)
+    chunk = min(samples, SAMPLES_PER_CHUNK)
+    return layers * experts * (samples * count_bytes + 3 * 8 * groups + 4 * 8 * chunk)
+
+
+def check_generate_args(spec, *, samples, capacity, layers, experts, top_k, seed, group_size, truncated, skew,
+                        group_corr, topic_corr, drift, drift_steps, median_response) -> tuple[int, int, int]:
+    """Validate :func:`generate`'s arguments before any work; return (L, E, k).
+
+    Every problem is a one-line :class:`InputError` naming the parameter and its value.
+    ``top_k`` given explicitly must lie in [1, E]; the spec's default k is capped at an
+    overridden E.
+    """
+    samples = _integer("samples", samples, 1)
+    capacity = _integer("capacity", capacity, 1)
+    require(capacity >= 32, "capacity", f"must be >= 32 tokens, got {capacity}")
+    num_layers = _integer("layers", spec.moe_layers if layers is None else layers, 1)
+    num_experts = _integer("experts", spec.num_experts if experts is None else experts, 1)
+    if top_k is None:
+        k = min(int(spec.top_k), num_experts)
+    else:
+        k = _integer("top_k", top_k, 1)
+        require(k <= num_experts, "top_k", f"must be in [1, {num_experts}] (the experts), got {k}")
+    _integer("seed", seed, 0)
+    group_size = _integer("group_size", group_size, 1)
+    _integer("drift_steps", drift_steps, 0)
+    _real("truncated", truncated, 0.0, 1.0)
+    for field, value in (("skew", skew), ("group_corr", group_corr), ("topic_corr", topic_corr), ("drift", drift)):
+        _real(field, value, 0.0)
+    if median_response is not None:
+        require(_real("median_response", median_response, 0.0) > 0, "median_response",
+                f"must be > 0, got {median_response}")
+    need = generation_bytes(samples, num_layers, num_experts, capacity, group_size)
+    require(need <= MAX_GENERATE_BYTES, "samples",
+            f"N={samples} with L={num_layers}, E={num_experts} needs about {need / 2**30:.1f} GiB "
+            f"(demand N x L x E plus routing probabilities), more than the {MAX_GENERATE_BYTES / 2**30:g} GiB limit")
+    return num_layers, num_experts, k
+
+
 def generate(model: str = "ling-tiny-like", samples: int = 256, dp: int = 8, edp: int = 1, ep: int = 8,
              capacity: int = 32768, layers: int | None = None, experts: int | None = None,
              top_k: int | None = None, seed: int = 0, max_samples_per_cell: int | None = None,
@@ -215,12 +276,10 @@ def generate(model: str = "ling-tiny-like", samples: int = 256, dp: int = 8, edp
         Optional ``progress(done, total)`` callback over samples.
     """
     spec = load_spec(model)
-    num_layers = spec.moe_layers if layers is None else int(layers)
-    num_experts = spec.num_experts if experts is None else int(experts)
-    k = min(spec.top_k if top_k is None else int(top_k), num_experts)
-    require(samples >= 1, "samples", f"must be >= 1, got {samples}")
-    require(num_layers >= 1, "layers", f"must be >= 1, got {num_layers}")
-    require(capacity >= 32, "capacity", f"must be >= 32 tokens, got {capacity}")
+    num_layers, num_experts, k = check_generate_args(
+        spec, samples=samples, capacity=capacity, layers=layers, experts=experts, top_k=top_k, seed=seed,
+        group_size=group_size, truncated=truncated, skew=skew, group_corr=group_corr, topic_corr=topic_corr,
+        drift=drift, drift_steps=drift_steps, median_response=median_response)
     cluster = Cluster(dp, edp, ep, capacity, max_samples_per_cell)
     base = np.random.SeedSequence(seed)
     length_seed, routing_seed, drift_seed = base.spawn(3)

@@ -81,3 +81,41 @@ def test_drift_changes_routing_only():
     np.testing.assert_array_equal(a.window.lengths, b.window.lengths)
     assert not np.array_equal(a.window.demand, b.window.demand)
 
+
+BAD_GENERATE = [
+    (dict(experts=0), "experts: must be >= 1, got 0"),
+    (dict(experts=-4), "experts: must be >= 1, got -4"),
+    (dict(top_k=-1), "top_k: must be >= 1, got -1"),
+    (dict(top_k=1000), "top_k: must be in [1, 256] (the experts), got 1000"),
+    (dict(experts=8, top_k=9), "top_k: must be in [1, 8] (the experts), got 9"),
+    (dict(skew=float("nan")), "skew: must be finite, got nan"),
+    (dict(skew=float("inf")), "skew: must be finite, got inf"),
+    (dict(skew=-1.0), "skew: must be >= 0, got -1.0"),
+    (dict(group_size=0), "group_size: must be >= 1, got 0"),
+    (dict(drift_steps=-1), "drift_steps: must be >= 0, got -1"),
+    (dict(seed=-1), "seed: must be >= 0, got -1"),
+    (dict(group_corr=-0.5), "group_corr: must be >= 0, got -0.5"),
+    (dict(topic_corr=float("nan")), "topic_corr: must be finite, got nan"),
+    (dict(drift=-0.1), "drift: must be >= 0, got -0.1"),
+    (dict(truncated=1.5), "truncated: must be in [0, 1], got 1.5"),
+    (dict(samples=1.5), "samples: must be an integer, got 1.5"),
+    (dict(samples=100_000_000), "samples: N=100000000 with L=2, E=256 needs about"),
+]
+
+
+@pytest.mark.parametrize("change, message", BAD_GENERATE, ids=[m.split(":")[0] + str(i) for i, (_, m) in enumerate(BAD_GENERATE)])
+def test_generate_rejects_bad_input(change, message):
+    """QA items 3 and 15: one-line errors naming the parameter and value, before any work
+    (a huge N is refused by its memory estimate, not by numpy's ArrayMemoryError)."""
+    from rp_opt import InputError
+
+    kwargs = {**dict(samples=16, dp=4, edp=2, ep=2, capacity=4096, layers=2), **change}
+    with pytest.raises(InputError) as info:
+        generate("ling-tiny-like", **kwargs)
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_generate_default_top_k_follows_fewer_experts():
+    """An E override below the spec's k caps the default k (an explicit k is checked)."""
+    inst = generate("ling-tiny-like", samples=8, dp=4, ep=2, capacity=4096, layers=1, experts=4, seed=0)
+    assert inst.window.top_k == 4
