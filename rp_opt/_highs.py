@@ -2,7 +2,8 @@
 
 Stdout belongs to the caller (``--json`` output, a trainer's logs), so every module that
 uses HiGHS calls :func:`silence_banner` on import: the first solver object is then made
-with stdout pointing at stderr, and the banner never reaches stdout.
+with stdout pointing at stderr, and the banner never reaches stdout. The CLI drops it
+altogether unless asked to be verbose (``keep=True`` sends it to stderr).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import sys
 _done = False
 
 
-def silence_banner() -> None:
-    """Make the process's first HiGHS object with stdout sent to stderr (once)."""
+def silence_banner(keep: bool = True) -> None:
+    """Make the process's first HiGHS object with stdout sent to stderr (``keep``) or to
+    the null device (once per process: later calls do nothing)."""
     global _done
     if _done:
         return
@@ -29,7 +31,9 @@ def silence_banner() -> None:
     except OSError:  # pragma: no cover - no file descriptor 1
         highspy.Highs()
         return
-    os.dup2(2, 1)
+    target = os.dup(2) if keep else os.open(os.devnull, os.O_WRONLY)
+    os.dup2(target, 1)
+    os.close(target)
     try:
         highspy.Highs()
     finally:

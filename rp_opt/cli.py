@@ -83,13 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     except _ArgumentParserExit as exc:
         return _report(_argument_error(exc), "--json" in argv)
     level = logging.WARNING - 10 * min(args.verbose, 2) if args.verbose else logging.INFO
-    logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr)
+    # other libraries' INFO (Pyomo relays HiGHS's whole MIP log there) only with -v
+    logging.basicConfig(level=level if args.verbose else logging.WARNING, format="%(message)s", stream=sys.stderr)
     logging.getLogger("rp_opt").setLevel(level)
-    if getattr(args, "json", False):
-        # JSON on stdout stays clean: solver banners go to stderr, progress only when asked for
-        from ._highs import silence_banner
+    # stdout stays clean (JSON, tables): HiGHS's banner is dropped, only -v shows it
+    from ._highs import silence_banner
 
-        silence_banner()
+    silence_banner(keep=bool(args.verbose))
+    if getattr(args, "json", False):
+        # progress only when asked for
         logging.getLogger("rp_opt").setLevel(max(level, logging.WARNING) if not args.verbose else level)
     try:
         return int(args.run(args) or 0)

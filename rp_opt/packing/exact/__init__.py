@@ -269,13 +269,16 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     relaxation = None
     if relax_bound and data.num_samples > data.num_cells and not skip:
         def relaxation():
+            if budget.left() < 1.0:
+                stats["relaxation"] = {"skipped": f"{budget.left():.1f} s left"}
+                return None
+            from .pyomo_model import relaxation_bound  # Pyomo: about a second to import, once
+
             limit = min(0.8 * budget.left(), 20.0)
             why = too_big(build_seconds(data, data.num_samples * L * P, "pyomo"), limit)
             if why:
                 stats["relaxation"] = {"skipped": why}
                 return None
-            from .pyomo_model import relaxation_bound  # Pyomo takes about a second to import
-
             bound, stats["relaxation"], _ = relaxation_bound(
                 data, obj, mode, eq4=rank_load(window, placement).max(axis=1) if eq4 is None else eq4,
                 integral=min(data.num_samples, 8), time_limit=limit, seed=seed)
