@@ -77,6 +77,9 @@ def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed:
     # the heuristic runs first in both branches: in the exact branch its plan is the MIP start
     guess = heuristic(instance, objective=objective, time_limit=time_limit if exact is None else small_budget,
                       seed=seed, warm_start=warm_start, placement=placement, workers=workers, **options)
+    if guess.stats.get("interrupted"):  # Ctrl-C: return the heuristic's plan, run nothing more
+        return Result(guess.status, guess.plan, guess.score, guess.bound, time.perf_counter() - started, "auto",
+                      guess.stats)
     num_rows = guess.plan.num_rows
     size = exact_size(instance, num_rows)
     if exact is None:

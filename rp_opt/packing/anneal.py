@@ -56,6 +56,7 @@ import math
 import multiprocessing as mp
 import numbers
 import os
+import signal
 import time
 from dataclasses import dataclass
 
@@ -377,9 +378,19 @@ def stop_workers(conns, procs) -> None:
             proc.terminate()
 
 
+def quiet_worker() -> None:
+    """In a forked worker: leave Ctrl-C (SIGINT to the process group) to the parent, which
+    stops the workers through their pipes (:func:`stop_workers`) and keeps its best plan."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _worker_loop(conn, problem, state, k0, k1):
+    quiet_worker()
     while True:
-        task = conn.recv()
+        try:
+            task = conn.recv()
+        except EOFError:  # the parent is gone
+            break
         if task is None:
             break
         temperature, steps, entropy, candidates = task
@@ -435,6 +446,7 @@ class AnnealStats:
     t_start: float = 0.0
     t_end: float = 0.0
     start_energies: list | None = None
+    interrupted: bool = False
 
 
 def anneal(problem: Problem, starts: list[np.ndarray], *, replicas: int = 32, workers: int = 1, seed: int = 0,
@@ -447,7 +459,8 @@ def anneal(problem: Problem, starts: list[np.ndarray], *, replicas: int = 32, wo
     The temperature falls geometrically from ``t_start`` (default: from the spread of the
     energy changes of a probe batch) to ``t_start * t_ratio``; progress is the share of
     ``time_limit`` spent when one is given, else the share of ``temperatures`` done.
-    ``stop`` is checked after every temperature step with the best energy.
+    ``stop`` is checked after every temperature step with the best energy. Ctrl-C
+    (KeyboardInterrupt) ends the run with the best layout so far (``stats.interrupted``).
     """
     started = time.perf_counter()
     workers = max(1, min(int(workers), replicas))
@@ -474,34 +487,36 @@ def anneal(problem: Problem, starts: list[np.ndarray], *, replicas: int = 32, wo
         pool = Pool(problem, state, workers)
         beta_old = 1.0 / t_start
         step = 0
-        while True:
-            if time_limit is not None:
-                progress = (time.perf_counter() - started) / max(time_limit, 1e-9)
-            else:
-                progress = step / max(temperatures - 1, 1)
-            temp = t_start * (t_end / t_start) ** min(1.0, progress)
-            # population annealing: resample by Boltzmann weights of the temperature change
-            beta_new = 1.0 / temp
-            if step > 0 and replicas > 1:
-                logw = -(beta_new - beta_old) * (state.energy - state.energy.min())
-                weight = np.exp(logw - logw.max())
-                weight /= weight.sum()
-                rng = np.random.default_rng((seed, step, 1 << 20))
-                # systematic resampling keeps the population size and is low-variance
-                points = (rng.random() + np.arange(replicas)) / replicas
-                index = np.minimum(np.searchsorted(np.cumsum(weight), points), replicas - 1)
-                state.permute(index)
-            beta_old = beta_new
-            stats.accepted += pool.run(temp, steps_per_temperature, seed, step, candidates)
-            stats.steps += steps_per_temperature
-            stats.proposals += steps_per_temperature * replicas * candidates
-            step += 1
-            k = int(np.argmin(state.energy))
-            if state.energy[k] < best_energy:
-                best_energy = float(state.energy[k])
-                best = state.cell_of[k].astype(np.int64)
-            if stop(best_energy):
-                break
+        try:
+            while True:
+                if time_limit is not None:
+                    progress = (time.perf_counter() - started) / max(time_limit, 1e-9)
+                else:
+                    progress = step / max(temperatures - 1, 1)
+                temp = t_start * (t_end / t_start) ** min(1.0, progress)
+                # population annealing: resample by Boltzmann weights of the temperature change
+                beta_new = 1.0 / temp
+                if step > 0 and replicas > 1:
+                    logw = -(beta_new - beta_old) * (state.energy - state.energy.min())
+                    weight = np.exp(logw - logw.max())
+                    weight /= weight.sum()
+                    rng = np.random.default_rng((seed, step, 1 << 20))
+                    # systematic resampling keeps the population size and is low-variance
+                    points = (rng.random() + np.arange(replicas)) / replicas
+                    index = np.minimum(np.searchsorted(np.cumsum(weight), points), replicas - 1)
+                    state.permute(index)
+                beta_old = beta_new
+                stats.accepted += pool.run(temp, steps_per_temperature, seed, step, candidates)
+                stats.steps += steps_per_temperature
+                stats.proposals += steps_per_temperature * replicas * candidates
+                step += 1
+                k = int(np.argmin(state.energy))
+                if state.energy[k] < best_energy:
+                    best_energy, best = float(state.energy[k]), state.cell_of[k].astype(np.int64)
+                if stop(best_energy):
+                    break
+        except KeyboardInterrupt:  # Ctrl-C: keep the best layout so far (the workers ignore it)
+            stats.interrupted = True
         stats.temperatures = step
         stats.seconds = time.perf_counter() - started
         return best, best_energy, stats
@@ -626,48 +641,73 @@ def search_layout(problem: Problem, start: np.ndarray, *, deadline: float | None
             if sur is not None:
                 phases.insert(0, ("sweep", now + 0.85 * (deadline - now) if np.isfinite(deadline) else deadline, evals))
             energy, rounds = None, 0
-            for phase, end, budget in phases:
-                st = SearchStats()
-                began = time.perf_counter()
-                while time.perf_counter() < end - 0.02 and (budget is None or st.evaluations < budget):
-                    per_round = None if budget is None else min(budget - st.evaluations, round_evaluations * workers)
-                    before = st.improvements
-                    # evaluation-bounded rounds take no wall-clock cut, so that a seed and a
-                    # worker count give the same layout however loaded the machine is
-                    round_end = end if budget is not None else min(end, time.perf_counter() + round_len)
-                    energy = par.round(phase, round_end, per_round, (seed, rounds, 11), st)
-                    rounds += 1
-                    if st.local_optimum and st.improvements == before:
-                        break
-                key = "sweep" if phase == "sweep" else "exact"
-                out.update({f"{key}_evaluations": st.evaluations, f"{key}_improvements": st.improvements,
-                            f"{key}_candidates": st.candidates, f"{key}_seconds": time.perf_counter() - began})
-                if phase == "run":
-                    out["local_optimum"] = st.local_optimum
-            layout = par.current
+            try:
+                for phase, end, budget in phases:
+                    st = SearchStats()
+                    began = time.perf_counter()
+                    while time.perf_counter() < end - 0.02 and (budget is None or st.evaluations < budget):
+                        per_round = None if budget is None else min(budget - st.evaluations, round_evaluations * workers)
+                        before = st.improvements
+                        # evaluation-bounded rounds take no wall-clock cut, so that a seed and a
+                        # worker count give the same layout however loaded the machine is
+                        round_end = end if budget is not None else min(end, time.perf_counter() + round_len)
+                        energy = par.round(phase, round_end, per_round, (seed, rounds, 11), st)
+                        rounds += 1
+                        if st.local_optimum and st.improvements == before:
+                            break
+                    key = "sweep" if phase == "sweep" else "exact"
+                    out.update({f"{key}_evaluations": st.evaluations, f"{key}_improvements": st.improvements,
+                                f"{key}_candidates": st.candidates, f"{key}_seconds": time.perf_counter() - began})
+                    if phase == "run":
+                        out["local_optimum"] = st.local_optimum
+            except KeyboardInterrupt:  # Ctrl-C: the last merged round (checked below)
+                out["interrupted"] = True
+            merged = par.current
             out.update(workers=workers, rounds=rounds)
         finally:
             par.close()
-        state = State(problem, 1)
-        load_layouts(problem, state, [0], [layout])
-        energy = float(state.energy[0])
-        state.close()
+        layout, energy = settled(problem, merged, layout)
         return layout, energy, out
-    if sur is not None:
-        search = BlockSearch(sur, layout, cap=cap, seed=seed, screen=screen)
-        now = time.perf_counter()
-        st = search.sweep(now + 0.85 * (deadline - now) if np.isfinite(deadline) else deadline, rng, evals)
-        layout = search.layout()
-        search.close()
-        out.update(sweep_evaluations=st.evaluations, sweep_improvements=st.improvements,
-                   sweep_candidates=st.candidates, sweep_seconds=st.seconds)
-    search = BlockSearch(problem, layout, cap=cap, seed=seed + 1, screen=screen)
-    st = search.run(deadline, rng, max_evaluations=rest)
-    out.update(exact_evaluations=st.evaluations, exact_improvements=st.improvements,
-               exact_candidates=st.candidates, exact_seconds=st.seconds, local_optimum=st.local_optimum, workers=1)
-    layout, energy = search.layout(), search.energy()
-    search.close()
+    search = None
+    try:
+        if sur is not None:
+            search = BlockSearch(sur, layout, cap=cap, seed=seed, screen=screen)
+            now = time.perf_counter()
+            st = search.sweep(now + 0.85 * (deadline - now) if np.isfinite(deadline) else deadline, rng, evals)
+            layout = search.layout()
+            search.close()
+            search = None
+            out.update(sweep_evaluations=st.evaluations, sweep_improvements=st.improvements,
+                       sweep_candidates=st.candidates, sweep_seconds=st.seconds)
+        search = BlockSearch(problem, layout, cap=cap, seed=seed + 1, screen=screen)
+        st = search.run(deadline, rng, max_evaluations=rest)
+        out.update(exact_evaluations=st.evaluations, exact_improvements=st.improvements,
+                   exact_candidates=st.candidates, exact_seconds=st.seconds, local_optimum=st.local_optimum,
+                   workers=1)
+        layout, energy = search.layout(), search.energy()
+    except KeyboardInterrupt:  # Ctrl-C: the search's layout, unless it was cut in the middle of a move
+        out["interrupted"] = True
+        layout, energy = settled(problem, layout if search is None else search.layout(), layout)
+    finally:
+        if search is not None:
+            search.close()
     return layout, energy, out
+
+
+def settled(problem: Problem, layout: np.ndarray, fallback: np.ndarray) -> tuple[np.ndarray, float]:
+    """(layout, energy from a full evaluation) of ``layout`` when it keeps every constraint
+    (non-empty cells, C, m), else of ``fallback``: a layout taken from a search that Ctrl-C
+    stopped may be cut in the middle of a move."""
+    state = State(problem, 2)
+    try:
+        load_layouts(problem, state, [0, 1], [layout, fallback])
+        count = state.count[0]
+        ok = count.min() > 0 and state.tokens[0].max() <= problem.capacity and \
+            (problem.limit is None or count.max() <= problem.limit)
+        k = 0 if ok else 1
+        return state.cell_of[k].astype(np.int64), float(state.energy[k])
+    finally:
+        state.close()
 
 
 _SEED_RULES = ("witness", "ffd", "kk", "blocks", "greedy")
@@ -819,6 +859,10 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     fixed (N temperature steps, ``search_evaluations`` block pairs, ``refine_sweeps``): the
     same seed and worker count give the same plan, and the run does that work whatever
     ``time_limit`` says. ``stats["deterministic"]`` says which kind of run it was.
+
+    Ctrl-C (KeyboardInterrupt) during the anneal, the search or a refine round ends the run
+    with the best plan found so far (``stats["interrupted"]``; worker processes leave the
+    signal to this one and exit quietly).
     """
     from ..result import Result
     from .baseline import proven_status
@@ -940,6 +984,9 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     timings["anneal"] = timings["search"] = 0.0
     search_stats: dict = {}
     best, best_energy, seed_energy, anneal_energy, rounds = None, np.inf, None, None, 0
+    # Ctrl-C (KeyboardInterrupt) during the anneal, a search or a refine round ends the run
+    # with the best plan so far (stats["interrupted"]); the workers leave it to this process
+    interrupted = False
     while True:
         # one round: population annealing from the best so far and the seeds (diversification),
         # then the block-pair search from the anneal's best (intensification); another round
@@ -965,7 +1012,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         if energy < best_energy:
             best, best_energy = found, energy
         rounds += 1
-        if not do_search:
+        interrupted = astats.interrupted
+        if interrupted or not do_search:
             break
         t = time.perf_counter()
         evals = (options.get("search_evaluations") or 200) if deterministic else options.get("search_evaluations")
@@ -977,7 +1025,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
             best, best_energy = found, energy
         timings["search"] += time.perf_counter() - t
         left = (started + time_limit - reserve) - time.perf_counter()
-        if deterministic or not search_stats.get("local_optimum") or left < 0.1 * time_limit:
+        interrupted = bool(search_stats.get("interrupted"))
+        if interrupted or deterministic or not search_stats.get("local_optimum") or left < 0.1 * time_limit:
             break
         # the search is at a local optimum: diversify with an anneal from it and the seeds
         run_limit = max(share, 0.3) * left
@@ -985,15 +1034,20 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     stats["rounds"] = rounds
 
     refine_rounds, stats["refine"], timings["refine"] = 0, [], 0.0
-    while do_refine:
+    while do_refine and not interrupted:
         # rounds of (refine the placement for the layout, search the layout again) until the
         # time is up, a round is not adopted, or (fixed schedule) ``refine_rounds`` rounds
         t = time.perf_counter()
         left = None if final_deadline is None else final_deadline - t
         end = None if left is None else t + left / max(1, int(options.get("refine_rounds", 1)) - refine_rounds)
-        refined = _refine_round(instance, objective, placement, problem, best, best_energy, end,
-                                seed=int(seed) + refine_rounds, deterministic=deterministic, options=options,
-                                search_workers=int(search_workers))
+        try:
+            refined = _refine_round(instance, objective, placement, problem, best, best_energy, end,
+                                    seed=int(seed) + refine_rounds, deterministic=deterministic, options=options,
+                                    search_workers=int(search_workers))
+        except KeyboardInterrupt:  # in the placement refinement: keep the plan before this round
+            interrupted = True
+            break
+        interrupted = bool(refined["stats"].get("search", {}).get("interrupted"))
         refine_rounds += 1
         timings["refine"] += time.perf_counter() - t
         stats["refine"].append(refined["stats"])
@@ -1007,7 +1061,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
             bound_stats.pop("analytic_bounds")
             lower_bounds = bound_stats.pop("lower_bounds")
         now = time.perf_counter()
-        if (not refined.get("adopted") or refine_rounds >= int(options.get("refine_rounds", 1))
+        if (interrupted or not refined.get("adopted") or refine_rounds >= int(options.get("refine_rounds", 1))
                 or (final_deadline is not None and final_deadline - now < 0.05 * time_limit)):
             break
 
@@ -1027,7 +1081,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         steps=astats.steps, proposals=astats.proposals, accepted=astats.accepted,
         moves_per_second=astats.proposals / max(astats.seconds, 1e-9), t_start=astats.t_start, t_end=astats.t_end,
         anneal_energy=anneal_energy, energy=best_energy, eps=problem.eps, search=search_stats,
-        search_workers=int(search_workers), deterministic=deterministic)
+        search_workers=int(search_workers), deterministic=deterministic, interrupted=interrupted)
     stats.update(bound_stats)
     stats["timings"] = timings
     # what plan_result does, without recomputing the analytic bounds (one pass over a[i,l,e])
@@ -1041,7 +1095,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     status = proven_status(value, lower_bounds.objective(objective))
     result = Result(status, Plan(placement, layout, objective.name, value, stats), value, stats["lower_bound"],
                     time.perf_counter() - started, "heuristic", stats)
-    if options.get("report_baseline", True):
+    if options.get("report_baseline", True) and not interrupted:
         # report only (not part of the plan's time): identity + ffd on the same window
         t = time.perf_counter()
         base = baseline_score(instance, num_rows, objective, seeds.get("ffd"))

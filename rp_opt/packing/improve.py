@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .anneal import Problem, State, load_layouts, stop_workers
+from .anneal import Problem, State, load_layouts, quiet_worker, stop_workers
 
 
 def _groups(problem: Problem, axis: int, block: int) -> tuple[int, int]:
@@ -500,8 +500,12 @@ def _search_round(search: BlockSearch, problem: Problem, allowed: np.ndarray, ph
 
 
 def _search_worker(conn, search, problems, published, me):
+    quiet_worker()
     while True:
-        task = conn.recv()
+        try:
+            task = conn.recv()
+        except EOFError:  # the parent is gone
+            break
         if task is None:
             break
         allowed, phase, deadline, max_evaluations, seed, owner_of_row, write = task
