@@ -121,6 +121,27 @@ class Window:
         """Aggregate load of every expert over the window, load[l, e] = sum_i a[i,l,e]."""
         return self.demand.sum(axis=0, dtype=np.int64)
 
+    def check_routing(self) -> None:
+        """Reject physically impossible routing: a token picks k distinct experts, so
+        a[i,l,e] <= T_i and sum_e a[i,l,e] <= k T_i (partial replays, with less, pass).
+
+        :class:`InputError` on ``demand`` naming the first offending sample, layer and value.
+        """
+        lengths = self.lengths[:, None]
+        most = self.demand.max(axis=2)  # [N, L]
+        bad = np.argwhere(most > lengths)
+        if bad.size:
+            i, l = (int(x) for x in bad[0])
+            e = int(np.argmax(self.demand[i, l]))
+            raise InputError("demand", f"sample {i}, layer {l}: expert {e} gets {int(most[i, l])} tokens from a "
+                                       f"sample of {int(self.lengths[i])} tokens (a token picks an expert at most once)")
+        routed = self.demand.sum(axis=2, dtype=np.int64)  # safe: every count <= T_i
+        bad = np.argwhere(routed > self.top_k * lengths)
+        if bad.size:
+            i, l = (int(x) for x in bad[0])
+            raise InputError("demand", f"sample {i}, layer {l} routes {int(routed[i, l])} tokens, more than "
+                                       f"top_k x T = {self.top_k} x {int(self.lengths[i])} = {self.top_k * int(self.lengths[i])}")
+
     def subset(self, samples) -> "Window":
         """The window restricted to ``samples`` (indices), in that order."""
         samples = np.asarray(samples, dtype=np.int64)

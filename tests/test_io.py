@@ -11,6 +11,7 @@ from rp_opt.io import load_instance, load_plan, save_instance, save_plan
 from rp_opt.packing.baseline import pack
 from rp_opt.solution import Placement
 from rp_opt.result import Plan
+from rp_opt.synth import generate
 
 from conftest import random_instance
 
@@ -27,6 +28,13 @@ def _write(path, lengths=None, demand=None, meta=None, **extra):
     meta = GOOD_META if meta is None else meta
     np.savez(path, lengths=lengths, demand=demand, meta=np.array(json.dumps(meta)), **extra)
     return str(path)
+
+
+def _demand(i, l, e, value):
+    """The default demand (1 token per expert) with a[i, l, e] = value."""
+    demand = np.ones((4, 3, 4), dtype=np.int64)
+    demand[i, l, e] = value
+    return demand
 
 
 def _meta(**changes):
@@ -53,6 +61,10 @@ BAD_CASES = {
     "negative attn_work": (dict(attn_work=np.array([1.0, -2.0, 3.0, 4.0])), "attn_work: sample 1 has negative work -2.0"),
     "non-positive dp": (dict(meta=_meta(dp=0)), "cluster.dp: must be a positive integer, got 0"),
     "top_k too big": (dict(meta=_meta(top_k=9)), "top_k: 9 exceeds the 4 experts"),
+    "expert gets more than T": (dict(demand=_demand(1, 2, 3, 21)),
+                                "demand: sample 1, layer 2: expert 3 gets 21 tokens from a sample of 20 tokens"),
+    "layer routes more than k T": (dict(demand=_demand(0, 1, slice(0, 3), 7)),
+                                   "demand: sample 0, layer 1 routes 22 tokens, more than top_k x T = 2 x 10 = 20"),
 }
 
 
@@ -80,7 +92,10 @@ def test_missing_and_garbage_files(tmp_path, capsys):
 
 
 def test_round_trip(tmp_path):
-    instance = random_instance(5, n=10, dp=2, capacity=64)
+    # conftest.random_instance's routing is not physically possible (an expert gets more
+    # tokens than the sample has), which loading rejects; a generated window is
+    instance = generate("ling-tiny-like", samples=10, dp=2, ep=2, capacity=512, layers=3, experts=8, top_k=2,
+                        seed=5)
     save_instance(tmp_path / "w.npz", instance)
     loaded = load_instance(tmp_path / "w.npz")
     np.testing.assert_array_equal(loaded.window.demand, instance.window.demand)

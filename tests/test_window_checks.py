@@ -1,0 +1,63 @@
+"""Loading rejects physically impossible routing (QA item 12)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from rp_opt import InputError
+from rp_opt.cli import main
+from rp_opt.io import load_instance, save_instance
+from rp_opt.synth import generate
+from rp_opt.window import Window
+
+
+def _window(demand, lengths=(10, 20), top_k=2):
+    return Window(np.asarray(lengths), np.asarray(demand), top_k)
+
+
+def test_partial_replay_passes():
+    """sum_e a < k T_i (a partial replay) and a[i,l,e] = T_i exactly are allowed."""
+    demand = np.zeros((2, 2, 4), dtype=np.uint16)
+    demand[0, 0] = [10, 10, 0, 0]  # full top-2 replay of sample 0 at layer 0
+    demand[1, 1] = [3, 0, 0, 1]    # partial
+    _window(demand).check_routing()
+
+
+@pytest.mark.parametrize("demand_at, value, message", [
+    ((1, 0, 2), 21, "demand: sample 1, layer 0: expert 2 gets 21 tokens from a sample of 20 tokens"),
+    ((0, 1, 3), 2**40, "demand: sample 0, layer 1: expert 3 gets 1099511627776 tokens from a sample of 10 tokens"),
+    ((0, 1, 3), 65535, "demand: sample 0, layer 1: expert 3 gets 65535 tokens"),  # a -1 wrapped to uint16
+])
+def test_expert_above_sample_length(demand_at, value, message):
+    demand = np.zeros((2, 2, 4), dtype=np.uint64)
+    demand[demand_at] = value
+    with pytest.raises(InputError) as info:
+        _window(demand).check_routing()
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_layer_above_k_times_length():
+    demand = np.zeros((2, 2, 4), dtype=np.uint16)
+    demand[1, 1] = [20, 20, 1, 0]  # 41 > 2 x 20, every count <= 20
+    with pytest.raises(InputError, match=r"^demand: sample 1, layer 1 routes 41 tokens, more than top_k x T = 2 x 20 = 40$"):
+        _window(demand).check_routing()
+
+
+def test_generated_windows_pass_and_files_are_checked(tmp_path, capsys):
+    """Generated windows route exactly k T_i; a file with doubled demand is bad input for
+    every command (exit 2, one line), not an int32 overflow later."""
+    inst = generate("ling-tiny-like", samples=12, dp=4, edp=2, ep=2, capacity=4096, layers=2, experts=8, top_k=4,
+                    seed=1)
+    inst.window.check_routing()
+    path = tmp_path / "w.npz"
+    save_instance(path, inst)
+    load_instance(path)
+    meta = json.loads(str(np.load(path)["meta"]))
+    np.savez(path, lengths=inst.window.lengths, demand=2 * inst.window.demand.astype(np.int64),
+             meta=np.array(json.dumps(meta)))
+    with pytest.raises(InputError, match="^demand: sample "):
+        load_instance(path)
+    assert main(["show", str(path)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and err[0].startswith("error: demand: sample ")
