@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import zipfile
+import zlib
 
 import numpy as np
 
@@ -97,16 +98,27 @@ def read_instance_arrays(path: str | os.PathLike, arrays=("lengths", "demand")) 
         names = set(archive.files)
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise InputError("file", f"{path} is not an .npz archive ({type(exc).__name__})") from None
+    def member(key):
+        try:
+            return archive[key]
+        except ValueError as exc:
+            if "allow_pickle" in str(exc):
+                raise InputError(key, f"array in {path} holds Python objects (dtype object); "
+                                      "rp-opt reads numeric arrays only") from None
+            raise InputError(key, f"array in {path} cannot be read ({type(exc).__name__})") from None
+        except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+            raise InputError(key, f"array in {path} cannot be read ({type(exc).__name__})") from None
+
     with archive:
         for key in (*arrays, "meta"):
             require(key in names, key, f"array is missing from {path}")
         try:
-            meta = json.loads(str(archive["meta"]))
+            meta = json.loads(str(member("meta")))
         except json.JSONDecodeError as exc:
             raise InputError("meta", f"is not valid JSON ({exc.msg} at position {exc.pos})") from None
         require(isinstance(meta, dict), "meta", "must be a JSON object")
         require(meta.get("format") == FORMAT, "meta.format", f"must be {FORMAT!r}, got {meta.get('format')!r}")
-        found = {key: archive[key] for key in names if key != "meta"}
+        found = {key: member(key) for key in sorted(names) if key != "meta"}
     return meta, found
 
 

@@ -21,6 +21,13 @@ def _frozen(array: np.ndarray) -> np.ndarray:
     return array
 
 
+def _number(field: str, value) -> float:
+    """``value`` as a float; :class:`InputError` on ``field`` when it is not a number."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InputError(field, f"must be a number, got {value!r}")
+    return float(value)
+
+
 def compact_counts(demand: np.ndarray, name: str = "demand") -> np.ndarray:
     """Return ``demand`` as the smallest unsigned integer type that holds it.
 
@@ -84,7 +91,9 @@ class Window:
         require(demand.shape[1] >= 1 and demand.shape[2] >= 1, "demand", f"shape {demand.shape} has no layers or no experts")
         demand = compact_counts(demand)
 
-        require(int(self.top_k) == self.top_k and self.top_k >= 1, "top_k", f"must be a positive integer, got {self.top_k}")
+        k = self.top_k
+        require(isinstance(k, (int, float, np.integer, np.floating)) and not isinstance(k, (bool, np.bool_))
+                and np.isfinite(k) and int(k) == k and k >= 1, "top_k", f"must be a positive integer, got {k!r}")
         require(self.top_k <= demand.shape[2], "top_k", f"{self.top_k} exceeds the {demand.shape[2]} experts")
 
         if self.attn_work is None:
@@ -227,9 +236,10 @@ class Stage:
 
     def __post_init__(self):
         require(isinstance(self.name, str) and self.name != "", "cost.stages.name", f"must be a non-empty string, got {self.name!r}")
-        require(int(self.layers) == self.layers and self.layers >= 0, f"cost.stages[{self.name}].layers", f"must be a non-negative integer, got {self.layers!r}")
+        layers = _number(f"cost.stages[{self.name}].layers", self.layers)
+        require(np.isfinite(layers) and int(layers) == layers and layers >= 0, f"cost.stages[{self.name}].layers", f"must be a non-negative integer, got {self.layers!r}")
         for key in ("alpha", "beta"):
-            value = float(getattr(self, key))
+            value = _number(f"cost.stages[{self.name}].{key}", getattr(self, key))
             require(np.isfinite(value) and value >= 0, f"cost.stages[{self.name}].{key}", f"must be finite and >= 0, got {getattr(self, key)!r}")
             object.__setattr__(self, key, value)
         object.__setattr__(self, "layers", int(self.layers))
@@ -255,7 +265,7 @@ class CostModel:
         require(len(stages) >= 1, "cost.stages", "needs at least one attention stage")
         names = [s.name for s in stages]
         require(len(set(names)) == len(names), "cost.stages", f"stage names repeat: {names}")
-        gamma = float(self.gamma)
+        gamma = _number("cost.gamma", self.gamma)
         require(np.isfinite(gamma) and gamma >= 0, "cost.gamma", f"must be finite and >= 0, got {self.gamma!r}")
         object.__setattr__(self, "stages", stages)
         object.__setattr__(self, "gamma", gamma)

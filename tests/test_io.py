@@ -61,10 +61,17 @@ BAD_CASES = {
     "negative attn_work": (dict(attn_work=np.array([1.0, -2.0, 3.0, 4.0])), "attn_work: sample 1 has negative work -2.0"),
     "non-positive dp": (dict(meta=_meta(dp=0)), "cluster.dp: must be a positive integer, got 0"),
     "top_k too big": (dict(meta=_meta(top_k=9)), "top_k: 9 exceeds the 4 experts"),
+    "top_k not a number": (dict(meta=_meta(top_k="a")), "top_k: must be a positive integer, got 'a'"),
     "expert gets more than T": (dict(demand=_demand(1, 2, 3, 21)),
                                 "demand: sample 1, layer 2: expert 3 gets 21 tokens from a sample of 20 tokens"),
     "layer routes more than k T": (dict(demand=_demand(0, 1, slice(0, 3), 7)),
                                    "demand: sample 0, layer 1 routes 22 tokens, more than top_k x T = 2 x 10 = 20"),
+    "alpha not a number": (dict(meta=_meta(cost={"stages": [{"name": "lin", "layers": 2, "alpha": "a", "beta": 0.0}],
+                                                 "gamma": 0.5})), "cost.stages[lin].alpha: must be a number, got 'a'"),
+    "gamma not a number": (dict(meta=_meta(cost={"stages": [{"name": "lin", "layers": 2, "alpha": 1.0, "beta": 0.0}],
+                                                 "gamma": None})), "cost.gamma: must be a number, got None"),
+    "object array": (dict(lengths=np.array([10, "x", 30, 40], dtype=object)),
+                     "lengths: array in"),
 }
 
 

@@ -1,4 +1,4 @@
-"""Loading rejects physically impossible routing (QA item 12)."""
+"""Loading rejects physically impossible routing and non-numeric cost fields (QA items 3, 12)."""
 
 import json
 
@@ -9,7 +9,7 @@ from rp_opt import InputError
 from rp_opt.cli import main
 from rp_opt.io import load_instance, save_instance
 from rp_opt.synth import generate
-from rp_opt.window import Window
+from rp_opt.window import CostModel, Stage, Window
 
 
 def _window(demand, lengths=(10, 20), top_k=2):
@@ -61,3 +61,34 @@ def test_generated_windows_pass_and_files_are_checked(tmp_path, capsys):
     assert main(["show", str(path)]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(err) == 1 and err[0].startswith("error: demand: sample ")
+
+
+@pytest.mark.parametrize("cost, message", [
+    ({"stages": [{"name": "s", "layers": 1, "alpha": "a", "beta": 0.0}], "gamma": 1.0},
+     "cost.stages[s].alpha: must be a number, got 'a'"),
+    ({"stages": [{"name": "s", "layers": 1, "alpha": 1.0, "beta": [1]}], "gamma": 1.0},
+     "cost.stages[s].beta: must be a number, got [1]"),
+    ({"stages": [{"name": "s", "layers": "two", "alpha": 1.0, "beta": 0.0}], "gamma": 1.0},
+     "cost.stages[s].layers: must be a number, got 'two'"),
+    ({"stages": [{"name": "s", "layers": float("nan"), "alpha": 1.0, "beta": 0.0}], "gamma": 1.0},
+     "cost.stages[s].layers: must be a non-negative integer, got nan"),
+    ({"stages": [{"name": "s", "layers": 1, "alpha": 1.0, "beta": 0.0}], "gamma": "1"},
+     "cost.gamma: must be a number, got '1'"),
+    ({"stages": [{"name": "s", "layers": 1, "alpha": True, "beta": 0.0}], "gamma": 1.0},
+     "cost.stages[s].alpha: must be a number, got True"),
+])
+def test_cost_fields_must_be_numbers(cost, message):
+    with pytest.raises(InputError) as info:
+        CostModel.from_dict(cost)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("top_k", ["a", None, float("nan"), float("inf"), 1.5, True])
+def test_top_k_must_be_a_positive_integer(top_k):
+    with pytest.raises(InputError, match="^top_k: must be a positive integer, got "):
+        _window(np.zeros((2, 1, 4)), top_k=top_k)
+
+
+def test_stage_accepts_numpy_numbers():
+    stage = Stage("s", np.int64(2), np.float32(0.5), np.float64(0.0))
+    assert (stage.layers, stage.alpha, stage.beta) == (2, 0.5, 0.0)
