@@ -110,6 +110,7 @@ class Window:
         object.__setattr__(self, "demand", _frozen(demand))
         object.__setattr__(self, "attn_work", _frozen(attn_work))
         object.__setattr__(self, "top_k", int(self.top_k))
+        self.check_routing()
 
     @property
     def num_samples(self) -> int:
@@ -131,8 +132,9 @@ class Window:
         return self.demand.sum(axis=0, dtype=np.int64)
 
     def check_routing(self) -> None:
-        """Reject physically impossible routing: a token picks k distinct experts, so
-        a[i,l,e] <= T_i and sum_e a[i,l,e] <= k T_i (partial replays, with less, pass).
+        """Reject physically impossible routing (every window runs it on construction): a
+        token picks k distinct experts, so a[i,l,e] <= T_i and sum_e a[i,l,e] <= k T_i
+        (partial replays, with less, pass).
 
         :class:`InputError` on ``demand`` naming the first offending sample, layer and value.
         """

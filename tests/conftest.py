@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from rp_opt import Cluster, CostModel, Instance, Stage, Window
+from rp_opt.synth import cap_counts
 
 
 def hand_instance() -> Instance:
@@ -33,6 +34,8 @@ def random_instance(seed: int, n: int = 12, layers: int = 3, experts: int = 8, d
     lengths = rng.integers(1, capacity // 2 + 1, n)
     popularity = rng.dirichlet(np.full(experts, 0.5), size=layers)
     demand = np.stack([rng.multinomial(2 * t, popularity[l]) for t in lengths for l in range(layers)])
+    # a token picks 2 distinct experts: at most T_i per expert (excess drawn again)
+    demand = cap_counts(demand, np.repeat(lengths, layers), np.tile(popularity, (n, 1)), rng)
     demand = demand.reshape(n, layers, experts)
     window = Window(lengths, demand, top_k=2)
     cost = CostModel((Stage("lin", 2, 1.0, 0.0), Stage("soft", 1, 0.5, 0.01)), gamma=0.3)
