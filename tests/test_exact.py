@@ -363,3 +363,17 @@ def test_exact_option_errors_name_the_option(solver, option, field):
     with pytest.raises(InputError) as err:
         get_solver(solver)(make_window(6), time_limit=1.0, **option)
     assert err.value.field == field
+
+
+def test_ctrl_c_after_a_cpsat_solve_is_a_keyboard_interrupt():
+    """CP-SAT resets its SIGINT handler to the default action (kill) after a solve; every
+    CP-SAT call goes through rp_opt._cpsat.solve, which puts Python's handler back, so a
+    later Ctrl-C still raises KeyboardInterrupt (and the heuristic can keep its best plan)."""
+    import os
+    import signal
+    import time
+
+    solve_packing(make_window(6), Placement.identity(2, 4, 2), 1, objective="sync", time_limit=5)
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1.0)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._cpsat import solve
 from .._highs import silence_banner
 from ..errors import InputError, require
 from ..result import FEASIBLE, NO_SOLUTION, OPTIMAL, relative_gap
@@ -299,7 +300,7 @@ def _solve_cpsat(problem, obj, order, warm, time_limit, mip_gap, threads):
         solver.parameters.max_time_in_seconds = float(time_limit)
     solver.parameters.relative_gap_limit = float(mip_gap)
     solver.parameters.num_workers = int(threads or min(8, os.cpu_count() or 1))
-    status = solver.Solve(model)
+    status = solve(solver, model)
     term = solver.StatusName(status)
     ranks = None
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -22,6 +22,7 @@ import highspy
 import numpy as np
 import scipy.sparse as sp
 
+from .._cpsat import solve
 from .._highs import silence_banner
 
 silence_banner()  # the banner would go to stdout (see rp_opt._highs)
@@ -443,7 +444,7 @@ def cpsat_decide(graph: ArcFlowGraph, lengths: np.ndarray, max_bins: int, time_l
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(float(time_limit), 0.01)
     solver.parameters.num_workers = workers
-    code = solver.solve(model)
+    code = solve(solver, model)
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         flow = np.zeros(n_item + nodes.size - 1)
         flow[:n_item] = [solver.value(v) for v in x]

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
+from .._cpsat import solve
+
 
 @dataclass
 class FitResult:
@@ -71,7 +73,7 @@ def fits_in_bins(lengths: np.ndarray, capacity: int, num_bins: int, max_items: i
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(float(time_limit), 0.01)
     solver.parameters.num_workers = workers
-    code = solver.solve(model)
+    code = solve(solver, model)
     seconds = time.perf_counter() - start
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         bin_of = np.empty(n, dtype=np.int64)

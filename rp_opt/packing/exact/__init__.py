@@ -30,6 +30,7 @@ import time
 
 import numpy as np
 
+from ..._cpsat import solve as cpsat_solve
 from ...cost import cost_bounds, get_objective, rank_load, score
 from ...errors import require
 from ...result import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL, Plan, Result
@@ -76,7 +77,7 @@ def _feasible_rows(instance: Instance, num_rows: int, time_limit: float) -> bool
     builder = CpsatPacking(data0, feas, "rows", expert_hook=lambda b: {}, demand_cap=0.0, tighten=False)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.1, time_limit)
-    status = solver.solve(builder.model)
+    status = cpsat_solve(solver, builder.model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return True
     if status == cp_model.INFEASIBLE:

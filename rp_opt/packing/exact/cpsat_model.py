@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from ortools.sat.python import cp_model
 
+from ..._cpsat import solve as cpsat_solve
 from ...cost import Objective, attention_waste
 from ...errors import InputError
 from ...solution import Layout
@@ -334,7 +335,7 @@ class CpsatPacking:
             for key, val in (params or {}).items():
                 setattr(solver.parameters, key, val)
             m.minimize(expr)
-            status = solver.solve(m)
+            status = cpsat_solve(solver, m)
             if status == cp_model.MODEL_INVALID:
                 # e.g. an unknown subsolver name: say so, never a silent "no solution"
                 info = solver.solution_info()
