@@ -141,8 +141,9 @@ class StepPlan:
         return out
 
 
-def _load_cost(cost) -> tuple[CostModel | None, object | None]:
-    """(cost model, model spec) from a CostModel, a dict, a JSON path or a spec name."""
+def load_cost(cost) -> tuple[CostModel | None, object | None]:
+    """(cost model, model spec) from a CostModel, a dict, a JSON path (``rp-opt calibrate -o``)
+    or a model spec name (the model is then None: built per window from the spec)."""
     if isinstance(cost, CostModel):
         return cost, None
     if isinstance(cost, dict):
@@ -227,7 +228,7 @@ class Planner:
         self.certify_share = float(certify_share)
         self.solver_options = dict(solver_options or {})
         self.keep_placement = bool(keep_placement)
-        self._cost, self._spec = _load_cost(cost)
+        self._cost, self._spec = load_cost(cost)
         if expert_bytes is None:
             expert_bytes = self._spec.expert_bytes if self._spec is not None else 0
         require(isinstance(expert_bytes, (int, np.integer)) and expert_bytes >= 0, "expert_bytes",

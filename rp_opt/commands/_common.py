@@ -56,10 +56,10 @@ def open_instance(path: str | None, cost: str | None = None) -> tuple[Instance, 
 def load_cost(cost: str, num_layers: int):
     """The :class:`~rp_opt.window.CostModel` of ``--cost``: a cost JSON file or a model spec
     name (read by the same loader as ``Planner(cluster, cost)``)."""
-    from ..planner import _load_cost
+    from ..planner import load_cost as planner_cost
 
     try:
-        model, spec = _load_cost(cost)
+        model, spec = planner_cost(cost)
         if model is None:
             from ..models import cost_from_spec
 
