@@ -412,6 +412,23 @@ def test_refine_spreads_each_blocks_hot_experts():
     np.testing.assert_array_equal(start.ranks, [[0, 0, 1, 1]])        # the input is not modified
 
 
+def test_refine_draws_no_more_candidates_than_fit_its_time():
+    """A sweep scores L x B x candidates swaps and the deadline is checked between sweeps:
+    with a short limit the candidates per sweep shrink to what half the limit fits
+    (SECONDS_PER_SWAP_BLOCK each; before, one sweep of a 16384-sample window ran 1.56 s past
+    the heuristic's budget), and the placement stays valid."""
+    from rp_opt.placement.refine import SECONDS_PER_SWAP_BLOCK, refine_placement
+
+    rng = np.random.default_rng(0)
+    demand = rng.integers(0, 50, size=(400, 6, 16))                   # [B, L, E]
+    start = Placement(np.tile(np.repeat(np.arange(4), 4), (6, 1)), 4)
+    limit = 0.02
+    refined, stats = refine_placement(start, demand, time_limit=limit, candidates=256, seed=0)
+    fit = max(1, int(0.5 * limit / (SECONDS_PER_SWAP_BLOCK * 6 * 400)))
+    assert stats.sweeps >= 1 and stats.candidates <= stats.sweeps * 6 * min(256, fit)
+    assert (np.bincount(refined.ranks[0], minlength=4) == 4).all()
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.integers(1, 4), st.integers(1, 3), st.sampled_from([(4, 2), (6, 3), (8, 4), (8, 2)]),
        st.integers(0, 2 ** 16), st.booleans())

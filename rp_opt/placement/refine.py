@@ -34,6 +34,10 @@ from ..solution import Placement
 
 log = logging.getLogger("rp_opt")
 
+# Seconds per (layer, block, candidate) of a sweep, measured on the 2-core benchmark machine
+# (ling-flash-like N = 16384: 48 layers x 488 blocks x 256 candidates in 1.56 s), rounded up
+SECONDS_PER_SWAP_BLOCK = 1.5e-7
+
 
 @dataclass(frozen=True)
 class RefineStats:
@@ -115,7 +119,13 @@ def refine_placement(placement: Placement, block_demand: np.ndarray, *, weights:
     before = float((loads.max(axis=2) * w_b).sum())
     swaps = evaluated = sweeps = idle = 0
     deadline = t0 + time_limit
-    while time.perf_counter() < deadline and (max_sweeps is None or sweeps < max_sweeps) and idle < 3:
+    if np.isfinite(time_limit):
+        # a sweep scores L x B x candidates swaps: no more candidates than fit half the time
+        fit = int(0.5 * time_limit / (SECONDS_PER_SWAP_BLOCK * num_layers * num_blocks))
+        candidates = max(1, min(candidates, fit))
+    last = 0.0
+    while time.perf_counter() + last < deadline and (max_sweeps is None or sweeps < max_sweeps) and idle < 3:
+        began = time.perf_counter()
         # first expert: from a rank that is the busiest of heavily weighted blocks
         busiest = np.argmax(loads, axis=2)                                           # [L, B]
         heat = np.zeros((num_layers, num_ranks))
@@ -157,6 +167,7 @@ def refine_placement(placement: Placement, block_demand: np.ndarray, *, weights:
         swaps += kept
         sweeps += 1
         idle = 0 if kept else idle + 1
+        last = time.perf_counter() - began if np.isfinite(time_limit) else 0.0  # the next sweep must fit
     after = float((loads.max(axis=2) * w_b).sum())
     log.debug("placement refine: %d swaps in %d sweeps, %.6g -> %.6g", swaps, sweeps, before, after)
     return Placement(ranks, num_ranks), RefineStats(swaps, evaluated, sweeps, before, after, time.perf_counter() - t0)
