@@ -240,8 +240,8 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     stats = {"backend": backend, "num_rows": int(num_rows), "symmetry": mode, "tighten": tighten}
     # a model whose build would not fit in the time limit is not built (the build and
     # CP-SAT's loading do not stop at the limit): the best start is the answer
-    L, P = window.num_layers, instance.cluster.ep
-    build = build_seconds(data, data.num_samples * L * P, "cpsat" if backend == "cpsat" else "pyomo")
+    coefficients = data.num_samples * window.num_layers * instance.cluster.ep  # rank loads per block: N L P
+    build = build_seconds(data, coefficients, "cpsat" if backend == "cpsat" else "pyomo")
     skip = too_big(build, float(time_limit) - (time.perf_counter() - t0))
 
     # a start: the caller's if valid, else the greedy
@@ -276,7 +276,7 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
             from .pyomo_model import relaxation_bound  # Pyomo: about a second to import, once
 
             limit = min(0.8 * budget.left(), 20.0)
-            why = too_big(build_seconds(data, data.num_samples * L * P, "pyomo"), limit)
+            why = too_big(build_seconds(data, coefficients, "pyomo"), limit)
             if why:
                 stats["relaxation"] = {"skipped": why}
                 return None
