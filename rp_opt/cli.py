@@ -67,10 +67,7 @@ def _report(exc: InputError, as_json: bool) -> int:
     on stdout with ``--json``; exit code 2."""
     print(f"error: {exc}", file=sys.stderr)
     if as_json:
-        text = str(exc)
-        prefix = f"{exc.field}: "
-        message = text[len(prefix):] if text.startswith(prefix) else text
-        json.dump({"error": {"field": exc.field, "message": message}}, sys.stdout)
+        json.dump({"error": {"field": exc.field, "message": exc.message}}, sys.stdout)
         sys.stdout.write("\n")
     return 2
 

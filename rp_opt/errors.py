@@ -19,7 +19,7 @@ class InputError(ValueError):
     """
 
     def __init__(self, field: str, message: str):
-        self.field = field
+        self.field, self.message = field, message
         super().__init__(f"{field}: {message}")
 
 

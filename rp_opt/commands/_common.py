@@ -65,8 +65,7 @@ def load_cost(cost: str, num_layers: int):
 
             model = cost_from_spec(spec, num_layers)
     except InputError as exc:
-        text = str(exc)
-        raise InputError("--cost", text[len("cost: "):] if exc.field == "cost" else text) from None
+        raise InputError("--cost", exc.message if exc.field == "cost" else str(exc)) from None
     return model
 
 
