@@ -5,7 +5,8 @@
    identity+kk, LPT+ffd and the heuristic, against the best provable lower bound;
 3. move-kernel throughput and plan time from N=512 to N=16384 (``--scaling``).
 
-Usage: python scripts/bench_heuristic.py [--small K] [--production [--reference S]] [--kernel] [--scaling] [--time S]\n(windows are cached under /tmp)
+Usage: python scripts/bench_heuristic.py [--small K] [--production [--reference S] [--routing-corr X]] [--kernel] [--scaling]
+[--time S] [--samples N] [--sizes N ...] [--kernel-seconds S] [--cache DIR]\n(windows are cached under --cache, default /tmp)
 """
 
 from __future__ import annotations
@@ -53,22 +54,27 @@ def small(count: int, exact_time: float):
               f"worst {100 * max(proven):.3f} %")
 
 
-def window(n: int, cache: str = "/tmp"):
-    """The ling-flash-like production window with N=n (cached as .npz under ``cache``)."""
+def window(n: int, cache: str = "/tmp", corr: float | None = None):
+    """The ling-flash-like production window with N=n (cached as .npz under ``cache``);
+    ``corr`` sets the generator's routing correlation within a prompt group and a topic
+    (``group_corr`` = ``topic_corr``; default 0.5 each)."""
     import os
 
     from rp_opt.io import load_instance, save_instance
 
-    path = os.path.join(cache, f"rp_bench_ling_flash_{n}.npz")
+    knobs = {} if corr is None else {"group_corr": corr, "topic_corr": corr}
+    suffix = "" if corr is None else f"_corr{corr:g}"
+    path = os.path.join(cache, f"rp_bench_ling_flash_{n}{suffix}.npz")
     if os.path.exists(path):
         return load_instance(path)
-    inst = synth.generate("ling-flash-like", samples=n, dp=64, edp=8, ep=8, capacity=32768, seed=0)
+    inst = synth.generate("ling-flash-like", samples=n, dp=64, edp=8, ep=8, capacity=32768, seed=0, **knobs)
     save_instance(path, inst)
     return inst
 
 
-def production(seconds: float, samples: int = 4096, reference: float = 0.0):
-    inst = window(samples)
+def production(seconds: float, samples: int = 4096, reference: float = 0.0, corr: float | None = None,
+               cache: str = "/tmp"):
+    inst = window(samples, cache, corr)
     import rp_opt.placement  # noqa: F401  (imports outside the timed plan, as in a trainer)
     print("| solver | primary (sync) | vs identity+ffd | vs bound | seconds |")
     print("|---|---|---|---|---|")
@@ -105,7 +111,7 @@ def production(seconds: float, samples: int = 4096, reference: float = 0.0):
     print("search", heur.stats["search"])
 
 
-def kernel(samples: int = 4096, seconds: float = 3.0):
+def kernel(samples: int = 4096, seconds: float = 3.0, cache: str = "/tmp"):
     """Move throughput: the anneal kernel (moves proposed / s, 1 core) and the block-pair
     search from the ``blocks`` seed for ``seconds`` each: exact evaluation of 16-sample
     subsets (the previous default), screened evaluation of whole blocks (bound on every
@@ -123,7 +129,7 @@ def kernel(samples: int = 4096, seconds: float = 3.0):
         a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 
-    inst = window(samples)
+    inst = window(samples, cache)
     placement, _ = anneal.default_placement(inst.window, 8)
     rows, witness, _ = anneal.certified_rows(inst, 5.0)
     major = rank_demand_major(inst.window, placement)
@@ -154,13 +160,13 @@ def kernel(samples: int = 4096, seconds: float = 3.0):
               f"{evals / used:.0f} | {better} | {energy:.6g} |")
 
 
-def scaling(seconds: float, sizes=(512, 1024, 2048, 4096, 8192, 16384)):
+def scaling(seconds: float, sizes=(512, 1024, 2048, 4096, 8192, 16384), cache: str = "/tmp"):
     print("| N | R* | blocks | plan s (limit) | placement | R* | rank demand | seeds | bounds | anneal | search | "
           "score | primary vs LPT+ffd | vs bound | search block pairs |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     import rp_opt.placement  # noqa: F401
     for n in sizes:
-        inst = window(n)
+        inst = window(n, cache)
         r = get_solver("heuristic")(inst, objective="sync", time_limit=seconds, seed=0, report_baseline=False)
         assert check(inst, r.plan).valid
         lpt = get_solver("lpt-ffd")(inst, objective="sync").score[0]
@@ -183,12 +189,19 @@ if __name__ == "__main__":
     parser.add_argument("--time", type=float, default=5.0)
     parser.add_argument("--reference", type=float, default=0.0, help="also a long run of that many seconds")
     parser.add_argument("--kernel", action="store_true")
+    parser.add_argument("--routing-corr", type=float, default=None,
+                        help="production window with this group and topic routing correlation (default 0.5)")
+    parser.add_argument("--samples", type=int, default=4096, help="N of the production and kernel windows")
+    parser.add_argument("--kernel-seconds", type=float, default=3.0, help="seconds per kernel measurement")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384],
+                        help="N of the scaling windows")
+    parser.add_argument("--cache", default="/tmp", help="directory of the cached windows")
     args = parser.parse_args()
     if args.small:
         small(args.small, args.exact_time)
     if args.production:
-        production(args.time, reference=args.reference)
+        production(args.time, args.samples, args.reference, args.routing_corr, args.cache)
     if args.kernel:
-        kernel()
+        kernel(args.samples, args.kernel_seconds, args.cache)
     if args.scaling:
-        scaling(args.time)
+        scaling(args.time, args.sizes, args.cache)
