@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import require
+from .errors import integer, number, require
 from .models import cost_from_spec, load_spec
 from .window import Cluster, Instance, Window
 
@@ -67,7 +67,7 @@ def synth_routing(lengths: np.ndarray, group_of: np.ndarray, num_layers: int, nu
 
     ``progress(done, total)`` is called after every chunk of samples.
     """
-    require(1 <= top_k <= num_experts, "top_k", f"must be in [1, {num_experts}] (the experts), got {top_k}")
+    integer("top_k", top_k, 1, num_experts, hint="the experts")
     num_groups = int(group_of.max()) + 1
     # per-layer skew: spread around `skew` so layers range from mild to strongly skewed
     sigma = skew * rng.uniform(LAYER_SKEW[0], LAYER_SKEW[1], num_layers)
@@ -188,22 +188,6 @@ def cap_counts(counts: np.ndarray, caps: np.ndarray, weights: np.ndarray, rng: n
     return counts
 
 
-def _integer(field: str, value, minimum: int) -> int:
-    require(isinstance(value, (int, np.integer)) and not isinstance(value, bool), field,
-            f"must be an integer, got {value!r}")
-    require(value >= minimum, field, f"must be >= {minimum}, got {value}")
-    return int(value)
-
-
-def _real(field: str, value, low: float, high: float = np.inf) -> float:
-    require(isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool), field,
-            f"must be a number, got {value!r}")
-    require(bool(np.isfinite(value)), field, f"must be finite, got {value}")
-    span = f"in [{low:g}, {high:g}]" if np.isfinite(high) else f">= {low:g}"
-    require(low <= value <= high, field, f"must be {span}, got {value}")
-    return float(value)
-
-
 def generation_bytes(samples: int, layers: int, experts: int, capacity: int, group_size: int) -> int:
     """About the peak memory :func:`synth_routing` needs: the demand array (uint16, or
     uint32 above 65535 tokens per sample), three float64 [groups, L, E] arrays of routing
@@ -215,37 +199,38 @@ def generation_bytes(samples: int, layers: int, experts: int, capacity: int, gro
 
 
 def check_generate_args(spec, *, samples, capacity, layers, experts, top_k, seed, group_size, truncated, skew,
-                        group_corr, topic_corr, drift, drift_steps, median_response) -> tuple[int, int, int]:
-    """Validate :func:`generate`'s arguments before any work; return (L, E, k).
+                        group_corr, topic_corr, drift, drift_steps, median_response) -> dict:
+    """Validate :func:`generate`'s arguments before any work; return them checked.
 
     Every problem is a one-line :class:`InputError` naming the parameter and its value.
     ``top_k`` given explicitly must lie in [1, E]; the spec's default k is capped at an
     overridden E.
+
+    Returns
+    -------
+    dict
+        Every argument by name, counts as ``int`` (``samples=16.0`` gives 16) and
+        coefficients as ``float``; ``layers``, ``experts`` and ``top_k`` filled in from
+        ``spec`` when None.
     """
-    samples = _integer("samples", samples, 1)
-    capacity = _integer("capacity", capacity, 1)
-    require(capacity >= 32, "capacity", f"must be >= 32 tokens, got {capacity}")
-    num_layers = _integer("layers", spec.moe_layers if layers is None else layers, 1)
-    num_experts = _integer("experts", spec.num_experts if experts is None else experts, 1)
-    if top_k is None:
-        k = min(int(spec.top_k), num_experts)
-    else:
-        k = _integer("top_k", top_k, 1)
-        require(k <= num_experts, "top_k", f"must be in [1, {num_experts}] (the experts), got {k}")
-    _integer("seed", seed, 0)
-    group_size = _integer("group_size", group_size, 1)
-    _integer("drift_steps", drift_steps, 0)
-    _real("truncated", truncated, 0.0, 1.0)
+    out = {"samples": integer("samples", samples, 1), "capacity": integer("capacity", capacity, 32, hint="tokens"),
+           "layers": integer("layers", spec.moe_layers if layers is None else layers, 1),
+           "experts": integer("experts", spec.num_experts if experts is None else experts, 1)}
+    num_experts = out["experts"]
+    out["top_k"] = min(int(spec.top_k), num_experts) if top_k is None else \
+        integer("top_k", top_k, 1, num_experts, hint="the experts")
+    out["seed"] = integer("seed", seed, 0)
+    out["group_size"] = integer("group_size", group_size, 1)
+    out["drift_steps"] = integer("drift_steps", drift_steps, 0)
+    out["truncated"] = number("truncated", truncated, 0, 1)
     for field, value in (("skew", skew), ("group_corr", group_corr), ("topic_corr", topic_corr), ("drift", drift)):
-        _real(field, value, 0.0)
-    if median_response is not None:
-        require(_real("median_response", median_response, 0.0) > 0, "median_response",
-                f"must be > 0, got {median_response}")
-    need = generation_bytes(samples, num_layers, num_experts, capacity, group_size)
+        out[field] = number(field, value, 0)
+    out["median_response"] = number("median_response", median_response, above=0, none=True)
+    need = generation_bytes(out["samples"], out["layers"], num_experts, out["capacity"], out["group_size"])
     require(need <= MAX_GENERATE_BYTES, "samples",
-            f"N={samples} with L={num_layers}, E={num_experts} needs about {need / 2**30:.1f} GiB "
+            f"N={out['samples']} with L={out['layers']}, E={num_experts} needs about {need / 2**30:.1f} GiB "
             f"(demand N x L x E plus routing probabilities), more than the {MAX_GENERATE_BYTES / 2**30:g} GiB limit")
-    return num_layers, num_experts, k
+    return out
 
 
 def generate(model: str = "ling-tiny-like", samples: int = 256, dp: int = 8, edp: int = 1, ep: int = 8,
@@ -276,22 +261,21 @@ def generate(model: str = "ling-tiny-like", samples: int = 256, dp: int = 8, edp
         Optional ``progress(done, total)`` callback over samples.
     """
     spec = load_spec(model)
-    num_layers, num_experts, k = check_generate_args(
+    args = check_generate_args(
         spec, samples=samples, capacity=capacity, layers=layers, experts=experts, top_k=top_k, seed=seed,
         group_size=group_size, truncated=truncated, skew=skew, group_corr=group_corr, topic_corr=topic_corr,
         drift=drift, drift_steps=drift_steps, median_response=median_response)
-    cluster = Cluster(dp, edp, ep, capacity, max_samples_per_cell)
-    base = np.random.SeedSequence(seed)
-    length_seed, routing_seed, drift_seed = base.spawn(3)
-    lengths, group_of = synth_lengths(samples, capacity, np.random.default_rng(length_seed),
-                                      group_size=group_size, truncated=truncated,
-                                      median_response=median_response)
+    num_layers, num_experts, k = args["layers"], args["experts"], args["top_k"]
+    cluster = Cluster(dp, edp, ep, args["capacity"], max_samples_per_cell)
+    length_seed, routing_seed, drift_seed = np.random.SeedSequence(args["seed"]).spawn(3)
+    lengths, group_of = synth_lengths(args["samples"], args["capacity"], np.random.default_rng(length_seed),
+                                      group_size=args["group_size"], truncated=args["truncated"],
+                                      median_response=args["median_response"])
     demand = synth_routing(lengths, group_of, num_layers, num_experts, k, np.random.default_rng(routing_seed),
-                           skew=skew, group_corr=group_corr, topic_corr=topic_corr, drift=drift,
-                           drift_steps=drift_steps, drift_rng=np.random.default_rng(drift_seed),
-                           progress=progress)
+                           skew=args["skew"], group_corr=args["group_corr"], topic_corr=args["topic_corr"],
+                           drift=args["drift"], drift_steps=args["drift_steps"],
+                           drift_rng=np.random.default_rng(drift_seed), progress=progress)
     window = Window(lengths, demand, k)
-    meta = {"generator": {"seed": seed, "skew": skew, "group_size": group_size, "truncated": truncated,
-                          "group_corr": group_corr, "topic_corr": topic_corr, "drift": drift,
-                          "drift_steps": drift_steps}}
+    meta = {"generator": {key: args[key] for key in ("seed", "skew", "group_size", "truncated", "group_corr",
+                                                     "topic_corr", "drift", "drift_steps")}}
     return Instance(window, cluster, cost_from_spec(spec, num_layers), spec.name, meta)

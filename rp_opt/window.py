@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import InputError, require
+from .errors import InputError, integer, number, require
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -19,13 +19,6 @@ def _frozen(array: np.ndarray) -> np.ndarray:
     array = np.ascontiguousarray(array)
     array.setflags(write=False)
     return array
-
-
-def _number(field: str, value) -> float:
-    """``value`` as a float; :class:`InputError` on ``field`` when it is not a number."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise InputError(field, f"must be a number, got {value!r}")
-    return float(value)
 
 
 def compact_counts(demand: np.ndarray, name: str = "demand") -> np.ndarray:
@@ -91,10 +84,8 @@ class Window:
         require(demand.shape[1] >= 1 and demand.shape[2] >= 1, "demand", f"shape {demand.shape} has no layers or no experts")
         demand = compact_counts(demand)
 
-        k = self.top_k
-        require(isinstance(k, (int, float, np.integer, np.floating)) and not isinstance(k, (bool, np.bool_))
-                and np.isfinite(k) and int(k) == k and k >= 1, "top_k", f"must be a positive integer, got {k!r}")
-        require(self.top_k <= demand.shape[2], "top_k", f"{self.top_k} exceeds the {demand.shape[2]} experts")
+        k = integer("top_k", self.top_k, 1)
+        require(k <= demand.shape[2], "top_k", f"{k} exceeds the {demand.shape[2]} experts")
 
         if self.attn_work is None:
             attn_work = lengths.astype(np.float64) ** 2
@@ -109,7 +100,7 @@ class Window:
         object.__setattr__(self, "lengths", _frozen(lengths))
         object.__setattr__(self, "demand", _frozen(demand))
         object.__setattr__(self, "attn_work", _frozen(attn_work))
-        object.__setattr__(self, "top_k", int(self.top_k))
+        object.__setattr__(self, "top_k", k)
         self.check_routing()
 
     @property
@@ -185,22 +176,10 @@ class Cluster:
 
     def __post_init__(self):
         for name in ("dp", "edp", "ep", "capacity"):
-            value = getattr(self, name)
-            require(
-                isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1,
-                f"cluster.{name}",
-                f"must be a positive integer, got {value!r}",
-            )
-            object.__setattr__(self, name, int(value))
+            object.__setattr__(self, name, integer(f"cluster.{name}", getattr(self, name), 1))
         require(self.dp % self.edp == 0, "cluster.edp", f"G={self.edp} does not divide D={self.dp}")
-        m = self.max_samples_per_cell
-        if m is not None:
-            require(
-                isinstance(m, (int, np.integer)) and not isinstance(m, bool) and m >= 1,
-                "cluster.max_samples_per_cell",
-                f"must be a positive integer or null, got {m!r}",
-            )
-            object.__setattr__(self, "max_samples_per_cell", int(m))
+        object.__setattr__(self, "max_samples_per_cell",
+                           integer("cluster.max_samples_per_cell", self.max_samples_per_cell, 1, none=True))
 
     @property
     def slots_per_shard(self) -> int:
@@ -238,13 +217,10 @@ class Stage:
 
     def __post_init__(self):
         require(isinstance(self.name, str) and self.name != "", "cost.stages.name", f"must be a non-empty string, got {self.name!r}")
-        layers = _number(f"cost.stages[{self.name}].layers", self.layers)
-        require(np.isfinite(layers) and int(layers) == layers and layers >= 0, f"cost.stages[{self.name}].layers", f"must be a non-negative integer, got {self.layers!r}")
+        prefix = f"cost.stages[{self.name}]"
+        object.__setattr__(self, "layers", integer(f"{prefix}.layers", self.layers, 0))
         for key in ("alpha", "beta"):
-            value = _number(f"cost.stages[{self.name}].{key}", getattr(self, key))
-            require(np.isfinite(value) and value >= 0, f"cost.stages[{self.name}].{key}", f"must be finite and >= 0, got {getattr(self, key)!r}")
-            object.__setattr__(self, key, value)
-        object.__setattr__(self, "layers", int(self.layers))
+            object.__setattr__(self, key, number(f"{prefix}.{key}", getattr(self, key), 0))
 
 
 @dataclass(frozen=True)
@@ -267,10 +243,8 @@ class CostModel:
         require(len(stages) >= 1, "cost.stages", "needs at least one attention stage")
         names = [s.name for s in stages]
         require(len(set(names)) == len(names), "cost.stages", f"stage names repeat: {names}")
-        gamma = _number("cost.gamma", self.gamma)
-        require(np.isfinite(gamma) and gamma >= 0, "cost.gamma", f"must be finite and >= 0, got {self.gamma!r}")
         object.__setattr__(self, "stages", stages)
-        object.__setattr__(self, "gamma", gamma)
+        object.__setattr__(self, "gamma", number("cost.gamma", self.gamma, 0))
 
     @property
     def layers(self) -> np.ndarray:

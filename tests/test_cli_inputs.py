@@ -118,7 +118,7 @@ def test_option_value_a_solver_does_not_check_is_one_line(files, capsys):
 def test_json_error_object_on_stdout(files, capsys):
     captured = _bad(capsys, ["plan", files["w16"], "--seed", "-1", "--json"], "--seed")
     assert json.loads(captured.out) == {"error": {"field": "--seed",
-                                                  "message": "must be an integer >= 0, got -1 (see rp-opt plan --help)"}}
+                                                  "message": "must be an integer >= 0, got '-1' (see rp-opt plan --help)"}}
     captured = _bad(capsys, ["plan", files["w16"], "--solver", "magic", "--json"], "solver")
     error = json.loads(captured.out)["error"]
     assert error["field"] == "solver" and "magic" in error["message"]

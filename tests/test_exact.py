@@ -352,7 +352,7 @@ def test_model_too_big_for_the_limit_returns_the_start_in_time():
 
 @pytest.mark.parametrize("solver, option, field", [
     ("exact", {"symmetry": "nope"}, "symmetry"), ("exact", {"num_rows": "abc"}, "num_rows"),
-    ("exact", {"relax_bound": 1}, "relax_bound"), ("exact", {"foo": 1}, "options"),
+    ("exact", {"relax_bound": 2}, "relax_bound"), ("exact", {"foo": 1}, "options"),
     ("joint", {"symmetry": "x"}, "symmetry"), ("joint", {"workers": 1.5}, "workers"),
 ])
 def test_exact_option_errors_name_the_option(solver, option, field):

@@ -151,7 +151,8 @@ def test_unknown_option_lists_workers():
     ("refine", "TRUE", True), ("workers", "2", 2), ("workers", np.int64(3), 3), ("temperatures", None, None),
     ("temperatures", "none", None), ("anneal_share", "0.5", 0.5), ("anneal_share", 1, 1.0),
     ("seeds", "ffd,blocks-kk", ("ffd", "blocks-kk")), ("seeds", ["witness"], ("witness",)),
-    ("search_screen", None, None),
+    ("search_screen", None, None), ("workers", 8.0, 8), ("workers", "3.0", 3), ("surrogate", "0", 0.0),
+    ("time_limit", "2.5", 2.5), ("seeds", "none", None),
 ])
 def test_option_values_from_python_and_the_cli(name, value, expected):
     """The CLI's ``--option KEY=VALUE`` gives JSON values when they parse, else text."""

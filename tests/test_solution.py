@@ -45,7 +45,7 @@ def test_layout_from_bad_rows(rows, message):
 
 def test_cluster_validation():
     assert Cluster(8, 2, 4, 100).shard_of_slot().tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
-    with pytest.raises(InputError, match="cluster.capacity: must be a positive integer, got -1"):
+    with pytest.raises(InputError, match="cluster.capacity: must be an integer >= 1, got -1"):
         Cluster(8, 2, 4, -1)
     with pytest.raises(InputError, match="cluster.max_samples_per_cell"):
         Cluster(8, 2, 4, 100, 0)

@@ -83,22 +83,25 @@ def test_drift_changes_routing_only():
 
 
 BAD_GENERATE = [
-    (dict(experts=0), "experts: must be >= 1, got 0"),
-    (dict(experts=-4), "experts: must be >= 1, got -4"),
-    (dict(top_k=-1), "top_k: must be >= 1, got -1"),
-    (dict(top_k=1000), "top_k: must be in [1, 256] (the experts), got 1000"),
-    (dict(experts=8, top_k=9), "top_k: must be in [1, 8] (the experts), got 9"),
-    (dict(skew=float("nan")), "skew: must be finite, got nan"),
-    (dict(skew=float("inf")), "skew: must be finite, got inf"),
-    (dict(skew=-1.0), "skew: must be >= 0, got -1.0"),
-    (dict(group_size=0), "group_size: must be >= 1, got 0"),
-    (dict(drift_steps=-1), "drift_steps: must be >= 0, got -1"),
-    (dict(seed=-1), "seed: must be >= 0, got -1"),
-    (dict(group_corr=-0.5), "group_corr: must be >= 0, got -0.5"),
-    (dict(topic_corr=float("nan")), "topic_corr: must be finite, got nan"),
-    (dict(drift=-0.1), "drift: must be >= 0, got -0.1"),
-    (dict(truncated=1.5), "truncated: must be in [0, 1], got 1.5"),
-    (dict(samples=1.5), "samples: must be an integer, got 1.5"),
+    (dict(experts=0), "experts: must be an integer >= 1, got 0"),
+    (dict(experts=-4), "experts: must be an integer >= 1, got -4"),
+    (dict(top_k=-1), "top_k: must be an integer in [1, 256] (the experts), got -1"),
+    (dict(top_k=1000), "top_k: must be an integer in [1, 256] (the experts), got 1000"),
+    (dict(experts=8, top_k=9), "top_k: must be an integer in [1, 8] (the experts), got 9"),
+    (dict(skew=float("nan")), "skew: must be a finite number >= 0, got nan"),
+    (dict(skew=float("inf")), "skew: must be a finite number >= 0, got inf"),
+    (dict(skew=-1.0), "skew: must be a finite number >= 0, got -1.0"),
+    (dict(group_size=0), "group_size: must be an integer >= 1, got 0"),
+    (dict(drift_steps=-1), "drift_steps: must be an integer >= 0, got -1"),
+    (dict(seed=-1), "seed: must be an integer >= 0, got -1"),
+    (dict(group_corr=-0.5), "group_corr: must be a finite number >= 0, got -0.5"),
+    (dict(topic_corr=float("nan")), "topic_corr: must be a finite number >= 0, got nan"),
+    (dict(drift=-0.1), "drift: must be a finite number >= 0, got -0.1"),
+    (dict(truncated=1.5), "truncated: must be a number in [0, 1], got 1.5"),
+    (dict(samples=1.5), "samples: must be an integer >= 1, got 1.5"),
+    (dict(samples=True), "samples: must be an integer >= 1, got True"),
+    (dict(capacity=16), "capacity: must be an integer >= 32 (tokens), got 16"),
+    (dict(median_response=0.0), "median_response: must be a finite number > 0 or None, got 0.0"),
     (dict(samples=100_000_000), "samples: N=100000000 with L=2, E=256 needs about"),
 ]
 
@@ -113,6 +116,18 @@ def test_generate_rejects_bad_input(change, message):
     with pytest.raises(InputError) as info:
         generate("ling-tiny-like", **kwargs)
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_generate_takes_whole_floats_as_integers():
+    """Counts given as integral floats (16.0, from a JSON config) are the integers they
+    hold: the same window as with ints, and ints in its metadata."""
+    ints = generate("ling-tiny-like", samples=16, dp=4, edp=2, ep=2, capacity=4096, layers=2, seed=3, drift_steps=1)
+    floats = generate("ling-tiny-like", samples=16.0, dp=4.0, edp=2, ep=2, capacity=4096.0, layers=2.0, seed=3.0,
+                      drift_steps=np.float64(1.0))
+    np.testing.assert_array_equal(ints.window.lengths, floats.window.lengths)
+    np.testing.assert_array_equal(ints.window.demand, floats.window.demand)
+    assert floats.cluster == ints.cluster and floats.meta == ints.meta
+    assert type(floats.meta["generator"]["seed"]) is int
 
 
 def test_generate_default_top_k_follows_fewer_experts():

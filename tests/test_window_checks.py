@@ -9,7 +9,7 @@ from rp_opt import InputError
 from rp_opt.cli import main
 from rp_opt.io import load_instance, save_instance
 from rp_opt.synth import generate
-from rp_opt.window import CostModel, Stage, Window
+from rp_opt.window import Cluster, CostModel, Stage, Window
 
 
 def _window(demand, lengths=(10, 20), top_k=2):
@@ -65,17 +65,17 @@ def test_generated_windows_pass_and_files_are_checked(tmp_path, capsys):
 
 @pytest.mark.parametrize("cost, message", [
     ({"stages": [{"name": "s", "layers": 1, "alpha": "a", "beta": 0.0}], "gamma": 1.0},
-     "cost.stages[s].alpha: must be a number, got 'a'"),
+     "cost.stages[s].alpha: must be a finite number >= 0, got 'a'"),
     ({"stages": [{"name": "s", "layers": 1, "alpha": 1.0, "beta": [1]}], "gamma": 1.0},
-     "cost.stages[s].beta: must be a number, got [1]"),
+     "cost.stages[s].beta: must be a finite number >= 0, got [1]"),
     ({"stages": [{"name": "s", "layers": "two", "alpha": 1.0, "beta": 0.0}], "gamma": 1.0},
-     "cost.stages[s].layers: must be a number, got 'two'"),
+     "cost.stages[s].layers: must be an integer >= 0, got 'two'"),
     ({"stages": [{"name": "s", "layers": float("nan"), "alpha": 1.0, "beta": 0.0}], "gamma": 1.0},
-     "cost.stages[s].layers: must be a non-negative integer, got nan"),
+     "cost.stages[s].layers: must be an integer >= 0, got nan"),
     ({"stages": [{"name": "s", "layers": 1, "alpha": 1.0, "beta": 0.0}], "gamma": "1"},
-     "cost.gamma: must be a number, got '1'"),
+     "cost.gamma: must be a finite number >= 0, got '1'"),
     ({"stages": [{"name": "s", "layers": 1, "alpha": True, "beta": 0.0}], "gamma": 1.0},
-     "cost.stages[s].alpha: must be a number, got True"),
+     "cost.stages[s].alpha: must be a finite number >= 0, got True"),
 ])
 def test_cost_fields_must_be_numbers(cost, message):
     with pytest.raises(InputError) as info:
@@ -85,8 +85,23 @@ def test_cost_fields_must_be_numbers(cost, message):
 
 @pytest.mark.parametrize("top_k", ["a", None, float("nan"), float("inf"), 1.5, True])
 def test_top_k_must_be_a_positive_integer(top_k):
-    with pytest.raises(InputError, match="^top_k: must be a positive integer, got "):
+    with pytest.raises(InputError, match="^top_k: must be an integer >= 1, got "):
         _window(np.zeros((2, 1, 4)), top_k=top_k)
+
+
+def test_whole_floats_are_integers_everywhere():
+    """Cluster sizes, m, a stage's layer count and top_k follow one rule: integers and
+    integral floats (8.0 is 8), never bools."""
+    cluster = Cluster(8.0, np.int64(2), 4, 100.0, np.float64(3.0))
+    assert (cluster.dp, cluster.edp, cluster.ep, cluster.capacity, cluster.max_samples_per_cell) == (8, 2, 4, 100, 3)
+    assert all(type(v) is int for v in (cluster.dp, cluster.edp, cluster.capacity, cluster.max_samples_per_cell))
+    assert type(Stage("s", 2.0, 1, 0).layers) is int
+    assert _window(np.zeros((2, 1, 4)), top_k=2.0).top_k == 2
+    for bad in (True, 1.5, "8"):
+        with pytest.raises(InputError, match=r"^cluster.dp: must be an integer >= 1, got "):
+            Cluster(bad, 1, 1, 100)
+    with pytest.raises(InputError, match=r"^cluster.max_samples_per_cell: must be an integer >= 1 or None, got 0$"):
+        Cluster(8, 2, 4, 100, 0)
 
 
 def test_stage_accepts_numpy_numbers():

@@ -12,7 +12,7 @@ import sys
 import time
 from importlib import resources
 
-from ..errors import InputError, require
+from ..errors import InputError, integer, number, require
 from ..io import check_writable, load_instance, plan_from_dict, read_plan_file
 from ..result import _jsonable
 from ..solution import cell_samples
@@ -121,17 +121,21 @@ def require_same_window(data: dict, instance: Instance, field: str, path: str) -
 
 
 # ------------------------------------------------------------------ argument types
+def _argument(text: str, check, *args, **kwargs):
+    """``check("value", text, *args, text=True, **kwargs)`` (a checker of :mod:`rp_opt.errors`)
+    for an argparse ``type``: its :class:`InputError` becomes the one-line
+    ``argparse.ArgumentTypeError`` that the parser reports with the flag's name."""
+    try:
+        return check("value", text, *args, text=True, **kwargs)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
 def int_arg(minimum: int):
     """An argparse ``type``: an integer >= ``minimum`` (one-line error naming the flag)."""
 
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
-        return value
+        return _argument(text, integer, minimum)
 
     parse.__name__ = f"int>={minimum}"
     return parse
@@ -142,13 +146,7 @@ seed_arg = int_arg(0)
 
 def seconds_arg(text: str) -> float:
     """An argparse ``type`` for ``--time-limit``: a finite number of seconds > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
-    return value
+    return _argument(text, number, above=0, hint="seconds")
 
 
 # ------------------------------------------------------------------ output files

@@ -52,18 +52,17 @@ more than the anneal. With ``temperatures=`` (deterministic) the anneal runs fir
 from __future__ import annotations
 
 import logging
-import math
 import multiprocessing as mp
-import numbers
 import os
 import signal
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from ..cost import _AXIS, cost_bounds, get_objective, layout_costs, rank_demand_major, rank_major_view
-from ..errors import InputError, require
+from ..errors import InputError, integer, number, require, switch
 from ..result import Plan
 from ..solution import Layout, Placement
 from ..stop import MaxIterations, MaxSeconds, NoImprovement, StoppingCriterion
@@ -711,46 +710,55 @@ def settled(problem: Problem, layout: np.ndarray, fallback: np.ndarray) -> tuple
 
 
 _SEED_RULES = ("witness", "ffd", "kk", "blocks", "greedy")
-_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
 
-def _at_least(low):
-    return lambda value: value >= low
+def _seed_rules(field: str, value, *, text: bool = True) -> tuple[str, ...] | None:
+    """``seeds``: None, or a non-empty list (or comma-separated string) of seed rules."""
+    if value is None or (text and isinstance(value, str) and value.strip().lower() in ("none", "null")):
+        return None
+    rules = [r.strip() for r in value.split(",")] if isinstance(value, str) else value
+    require(isinstance(rules, (list, tuple)) and rules and all(
+        isinstance(r, str) and (r in _SEED_RULES or (r.startswith("blocks-") and r[7:] in _SEED_RULES))
+        for r in rules), field,
+        f"must be a non-empty list of seed rules ({', '.join(_SEED_RULES)}, blocks-<rule>) or None, got {value!r}")
+    return tuple(rules)
 
 
-def _within(low, high):
-    return lambda value: low <= value <= high
+def _count(none: str | None = None):
+    """An integer >= 1; with ``none``, also None, meaning ``none``."""
+    return partial(integer, low=1, none=none is not None, hint=none and f"None: {none}")
 
 
-# name -> (type, what a valid value is, test of a value of that type, None allowed). The
-# heuristic's arguments and options, checked by :func:`check_option` before anything runs;
-# ``int`` takes integers only (1.7 is an error, not 1), ``float`` finite numbers, ``bool``
-# true/false (also the strings true/false/1/0/yes/no), ``rules`` seed rule names.
+# name -> check. The heuristic's arguments and options, checked by :func:`check_option`
+# before anything runs, with the shared rules of :mod:`rp_opt.errors` and ``text=True`` (the
+# CLI's strings "3", "0.5", "yes" pass too): ``integer`` takes whole numbers only (1.7 is an
+# error, 8.0 is 8), ``number`` finite numbers, ``switch`` true/false (also 1/0, yes/no);
+# ``seeds`` takes seed rule names.
 OPTION_RULES: dict = {
-    "time_limit": (float, "a finite number of seconds > 0", lambda v: v > 0, False),
-    "seed": (int, "an integer >= 0", _at_least(0), False),
-    "workers": (int, "an integer >= 1 (or None: one per core)", _at_least(1), True),
-    "anneal_share": (float, "a number in [0, 1]", _within(0, 1), False),
-    "candidates": (int, "an integer >= 1", _at_least(1), False),
-    "no_improvement": (int, "an integer >= 1 (or None: off)", _at_least(1), True),
-    "num_rows": (int, "an integer >= 1 (or None: R*)", _at_least(1), True),
-    "refine": (bool, "true or false", None, False),
-    "refine_rounds": (int, "an integer >= 1", _at_least(1), False),
-    "refine_share": (float, "a number in [0, 1]", _within(0, 1), False),
-    "refine_sweeps": (int, "an integer >= 1", _at_least(1), False),
-    "replicas": (int, "an integer >= 1", _at_least(1), False),
-    "report_baseline": (bool, "true or false", None, False),
-    "reserve": (float, "a number of seconds >= 0 and below time_limit", _at_least(0), False),
-    "search": (bool, "true or false", None, False),
-    "search_cap": (int, "an integer >= 1 (or None: whole blocks)", _at_least(1), True),
-    "search_evaluations": (int, "an integer >= 1 (or None: until the deadline)", _at_least(1), True),
-    "search_screen": (int, "an integer >= 1 (or None: every swap)", _at_least(1), True),
-    "search_workers": (int, "an integer >= 1 (or None: by the load)", _at_least(1), True),
-    "seeds": ("rules", f"a non-empty list of seed rules ({', '.join(_SEED_RULES)}, blocks-<rule>)", None, True),
-    "steps_per_temperature": (int, "an integer >= 1", _at_least(1), False),
-    "surrogate": (float, "a finite number >= 0", _at_least(0), False),
-    "temperatures": (int, "an integer >= 1 (or None: time-limited run)", _at_least(1), True),
-    "trust_warm_rows": (bool, "true or false", None, False),
+    "time_limit": partial(number, above=0, hint="seconds"),
+    "seed": partial(integer, low=0),
+    "workers": _count("one per core"),
+    "anneal_share": partial(number, low=0, high=1),
+    "candidates": _count(),
+    "no_improvement": _count("off"),
+    "num_rows": _count("R*"),
+    "refine": switch,
+    "refine_rounds": _count(),
+    "refine_share": partial(number, low=0, high=1),
+    "refine_sweeps": _count(),
+    "replicas": _count(),
+    "report_baseline": switch,
+    "reserve": partial(number, low=0, hint="seconds, below time_limit"),
+    "search": switch,
+    "search_cap": _count("whole blocks"),
+    "search_evaluations": _count("until the deadline"),
+    "search_screen": _count("every swap"),
+    "search_workers": _count("by the load"),
+    "seeds": _seed_rules,
+    "steps_per_temperature": _count(),
+    "surrogate": partial(number, low=0),
+    "temperatures": _count("time-limited run"),
+    "trust_warm_rows": switch,
 }
 HEURISTIC_OPTIONS = frozenset(OPTION_RULES) - {"time_limit", "seed"}
 """Option names :func:`heuristic` accepts (any other is an input error)."""
@@ -767,33 +775,7 @@ def check_option(name: str, value):
     InputError
         One line naming the option and the value when the value is not valid.
     """
-    kind, what, valid, none_ok = OPTION_RULES[name]
-    text = value.strip().lower() if isinstance(value, str) else None
-    if value is None or text in ("none", "null"):
-        require(none_ok, name, f"must be {what}, got {value!r}")
-        return None
-    out = None
-    if kind is bool:
-        if isinstance(value, (bool, np.bool_)) or (isinstance(value, numbers.Integral) and value in (0, 1)):
-            out = bool(value)
-        elif text in _TRUE + _FALSE:
-            out = text in _TRUE
-    elif kind == "rules":
-        rules = [r.strip() for r in value.split(",")] if isinstance(value, str) else value
-        if isinstance(rules, (list, tuple)) and rules and all(
-                isinstance(r, str) and (r in _SEED_RULES or (r.startswith("blocks-") and r[7:] in _SEED_RULES))
-                for r in rules):
-            out = tuple(rules)
-    elif not isinstance(value, (bool, np.bool_)):
-        try:
-            if kind is int and (isinstance(value, numbers.Integral) or text is not None):
-                out = int(value)
-            elif kind is float and (isinstance(value, numbers.Real) or text is not None):
-                out = float(value) if math.isfinite(float(value)) else None
-        except (TypeError, ValueError, OverflowError):
-            out = None
-    require(out is not None and (valid is None or valid(out)), name, f"must be {what}, got {value!r}")
-    return out
+    return OPTION_RULES[name](name, value, text=True)
 
 
 def heuristic_inputs(time_limit, seed, workers, options: dict) -> tuple[float, int, int | None, dict]:

@@ -25,14 +25,11 @@ from __future__ import annotations
 
 import logging
 import math
-import numbers
 import time
-
-import numpy as np
 
 from ..._cpsat import solve as cpsat_solve
 from ...cost import cost_bounds, get_objective, rank_load, score
-from ...errors import require
+from ...errors import integer, number, require, switch
 from ...result import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL, Plan, Result
 from ...solution import Layout, Placement
 from ...solvers import register_solver
@@ -148,16 +145,18 @@ def _heuristic_layout(instance, placement, num_rows, obj, data, time_limit, seed
 _SWITCHES = ("symmetry", "tighten", "mip_start", "heuristic_start", "relax_bound")
 
 
-def check_args(**args) -> None:
-    """One-line :class:`InputError` for a bad argument of the exact solvers: ``workers``
-    and ``num_rows`` None or a positive integer, the switches (symmetry, tighten, ...)
-    true or false (``--option symmetry=nope`` arrives as the string 'nope')."""
+def check_args(**args) -> dict:
+    """The arguments of the exact solvers, checked and converted: ``workers`` and
+    ``num_rows`` None or an integer >= 1, the switches (symmetry, tighten, ...) true or
+    false (``--option symmetry=nope`` arrives as the string 'nope'); any other argument
+    comes back as it is. A bad one is a one-line :class:`InputError`."""
+    out = dict(args)
     for name, value in args.items():
         if name in ("workers", "num_rows"):
-            whole = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-            require(value is None or (whole and value >= 1), name, f"must be a positive integer, got {value!r}")
+            out[name] = integer(name, value, 1, none=True)
         elif name in _SWITCHES:
-            require(isinstance(value, (bool, np.bool_)), name, f"must be true or false, got {value!r}")
+            out[name] = switch(name, value)
+    return out
 
 
 def _subsolver_names(value) -> tuple[str, ...] | None:
@@ -228,9 +227,10 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     obj = get_objective(objective)
     require(backend in BACKENDS, "backend", f"must be one of {BACKENDS}, got {backend!r}")
     subsolvers = _subsolver_names(subsolvers)
-    check_args(workers=workers, num_rows=num_rows, symmetry=symmetry, tighten=tighten, mip_start=mip_start,
-               heuristic_start=heuristic_start, relax_bound=relax_bound)
-    require(num_rows is not None, "num_rows", "must be a positive integer, got None")
+    num_rows = integer("num_rows", num_rows, 1)
+    workers, symmetry, tighten, mip_start, heuristic_start, relax_bound = check_args(
+        workers=workers, symmetry=symmetry, tighten=tighten, mip_start=mip_start, heuristic_start=heuristic_start,
+        relax_bound=relax_bound).values()
     window = instance.window
     data = packing_data(instance, placement, int(num_rows))
     if data.num_samples < data.num_cells:
@@ -383,8 +383,9 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
     unknown = set(options) - known
     require(not unknown, "options", f"unknown option(s) {sorted(unknown)} for solver exact; known: "
             f"{', '.join(sorted(known | {'backend', 'num_rows', 'placement'}))}")
-    check_args(num_rows=num_rows, **options)
-    require(time_limit is not None and time_limit > 0, "time_limit", f"must be > 0, got {time_limit!r}")
+    num_rows = integer("num_rows", num_rows, 1, none=True)
+    options = check_args(**options)
+    time_limit = number("time_limit", time_limit, above=0, hint="seconds")
     if placement is None:
         placement = warm_start.placement if warm_start is not None else default_placement(instance)
     if num_rows is None:

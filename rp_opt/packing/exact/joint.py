@@ -53,7 +53,7 @@ def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.
     t0 = time.perf_counter()
     require(not options, "options", f"unknown option(s) {sorted(options)} for solver joint; known: "
             "num_rows, symmetry, workers")
-    check_args(num_rows=num_rows, symmetry=symmetry, workers=workers)
+    num_rows, symmetry, workers = check_args(num_rows=num_rows, symmetry=symmetry, workers=workers).values()
     obj = get_objective(objective)
     window, cluster = instance.window, instance.cluster
     if num_rows is None:
