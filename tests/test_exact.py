@@ -365,6 +365,18 @@ def test_exact_option_errors_name_the_option(solver, option, field):
     assert err.value.field == field
 
 
+def test_exact_switches_take_the_words_of_the_command_line():
+    """``--option symmetry=no`` reaches the solver as the string 'no': read as false, like
+    the heuristic's switches (rp_opt.errors.switch with text), and the plan is valid."""
+    from rp_opt.packing.exact import check_args
+
+    assert check_args(symmetry="no", tighten="TRUE", mip_start=0, workers="2") == \
+        {"symmetry": False, "tighten": True, "mip_start": False, "workers": 2}
+    inst = make_window(6)
+    res = get_solver("exact")(inst, time_limit=5.0, symmetry="no")
+    assert res.status == "optimal" and check(inst, res.plan).valid
+
+
 def test_ctrl_c_after_a_cpsat_solve_is_a_keyboard_interrupt():
     """CP-SAT resets its SIGINT handler to the default action (kill) after a solve; every
     CP-SAT call goes through rp_opt._cpsat.solve, which puts Python's handler back, so a

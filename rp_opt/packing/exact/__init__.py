@@ -146,16 +146,17 @@ _SWITCHES = ("symmetry", "tighten", "mip_start", "heuristic_start", "relax_bound
 
 
 def check_args(**args) -> dict:
-    """The arguments of the exact solvers, checked and converted: ``workers`` and
-    ``num_rows`` None or an integer >= 1, the switches (symmetry, tighten, ...) true or
-    false (``--option symmetry=nope`` arrives as the string 'nope'); any other argument
-    comes back as it is. A bad one is a one-line :class:`InputError`."""
+    """The arguments of the exact solvers, checked and converted by the same rules as the
+    heuristic's options (values of ``--option KEY=VALUE`` may arrive as text): ``workers``
+    and ``num_rows`` None or an integer >= 1, the switches (symmetry, tighten, ...) true or
+    false (true/false/yes/no/1/0; 'nope' is an error); any other argument comes back as it
+    is. A bad one is a one-line :class:`InputError`."""
     out = dict(args)
     for name, value in args.items():
         if name in ("workers", "num_rows"):
-            out[name] = integer(name, value, 1, none=True)
+            out[name] = integer(name, value, 1, none=True, text=True)
         elif name in _SWITCHES:
-            out[name] = switch(name, value)
+            out[name] = switch(name, value, text=True)
     return out
 
 
@@ -269,7 +270,7 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     budget = Budget(float(time_limit) - (time.perf_counter() - t0))
     relaxation = None
     if relax_bound and data.num_samples > data.num_cells and not skip:
-        def relaxation():
+        def run_relaxation():
             if budget.left() < 1.0:
                 stats["relaxation"] = {"skipped": f"{budget.left():.1f} s left"}
                 return None
@@ -285,6 +286,7 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
                 integral=min(data.num_samples, 8), time_limit=limit, seed=seed)
             return bound
 
+        relaxation = run_relaxation
         if backend == "highs":
             relaxation()  # reported only
     # again after the start (and HiGHS's relaxation): what is left must still fit the build
