@@ -10,7 +10,9 @@ linearised generically) and solve the objective's levels in sequence:
 * ``highs`` (:mod:`.pyomo_model`): Pyomo + HiGHS on the float costs.
 
 Before the model runs, :func:`solve_packing` takes the better of a greedy layout and a
-short run of the ``heuristic`` planner as the start. CP-SAT searches longest sample first
+short run of the ``heuristic`` planner as the start. With symmetry breaking, the models
+number the samples heaviest first (:func:`.common.heaviest_first`), so the chains fix
+where the longest samples sit; plans come back in the caller's numbering. CP-SAT searches longest sample first
 with the proof-oriented workers of :data:`.cpsat_model.PROOF_SUBSOLVERS`; when level 1
 ends unproven, a partial LP relaxation bounds it (:func:`.pyomo_model.relaxation_bound`:
 the costliest samples binary, the rest continuous; much tighter than the compact model's
@@ -26,6 +28,9 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import replace
+
+import numpy as np
 
 from ..._cpsat import solve as cpsat_solve
 from ...cost import cost_bounds, get_objective, rank_load, score
@@ -34,8 +39,8 @@ from ...result import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL, Plan, Result
 from ...solution import Layout, Placement
 from ...solvers import register_solver
 from ...window import Instance
-from .common import (Budget, PackingData, build_seconds, canonical_layout, greedy_layout, layout_valid,
-                     packing_data, symmetry_mode, too_big)
+from .common import (Budget, PackingData, build_seconds, canonical_layout, greedy_layout, heaviest_first,
+                     layout_valid, packing_data, renumbered, symmetry_mode, too_big)
 from .cpsat_model import PROOF_SUBSOLVERS, SolveOutcome
 
 log = logging.getLogger("rp_opt")
@@ -229,11 +234,45 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     require(backend in BACKENDS, "backend", f"must be one of {BACKENDS}, got {backend!r}")
     subsolvers = _subsolver_names(subsolvers)
     num_rows = integer("num_rows", num_rows, 1)
-    workers, symmetry, tighten, mip_start, heuristic_start, relax_bound = check_args(
-        workers=workers, symmetry=symmetry, tighten=tighten, mip_start=mip_start, heuristic_start=heuristic_start,
-        relax_bound=relax_bound).values()
-    window = instance.window
-    data = packing_data(instance, placement, int(num_rows))
+    args = check_args(workers=workers, symmetry=symmetry, tighten=tighten, mip_start=mip_start,
+                      heuristic_start=heuristic_start, relax_bound=relax_bound)
+    data = packing_data(instance, placement, num_rows)
+    build = build_seconds(data, _coefficients(instance), "cpsat" if backend == "cpsat" else "pyomo")
+    order = None
+    if args["symmetry"] and not too_big(build, float(time_limit) - (time.perf_counter() - t0)):
+        # the models number the samples heaviest first (common.heaviest_first; renumbering
+        # copies the window, so not for a model too big to build); the plan comes back in
+        # the caller's numbering
+        order = heaviest_first(instance)
+    if order is None or np.array_equal(order, np.arange(order.size)):
+        return _solve_packing(instance, placement, num_rows, obj, time_limit, seed, start, backend, subsolvers,
+                              solver_name, t0, data, build, **args)
+    if start is not None and start.cell_of.size == order.size:
+        start = Layout(start.cell_of[order], start.num_rows, start.num_slots)
+    res = _solve_packing(renumbered(instance, order), placement, num_rows, obj, time_limit, seed, start, backend,
+                         subsolvers, solver_name, t0, None, build, **args)
+    res.stats["sample_order"] = "heaviest first"
+    if res.plan is None:
+        return res
+    cell_of = np.empty_like(res.plan.layout.cell_of)
+    cell_of[order] = res.plan.layout.cell_of
+    plan = replace(res.plan, layout=Layout(cell_of, res.plan.layout.num_rows, res.plan.layout.num_slots))
+    return replace(res, plan=plan)
+
+
+def _coefficients(instance: Instance) -> int:
+    """Non-zero coefficients of one block's rank loads in the packing model: N L P."""
+    return instance.window.num_samples * instance.window.num_layers * instance.cluster.ep
+
+
+def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj, time_limit, seed, start, backend,
+                   subsolvers, solver_name, t0, data, build, *, workers, symmetry, tighten, mip_start,
+                   heuristic_start, relax_bound) -> Result:
+    """:func:`solve_packing` on checked arguments, in the numbering of ``instance``
+    (``data``: its packing data, None to compute; ``build``: the model's build estimate)."""
+    window, coefficients = instance.window, _coefficients(instance)
+    if data is None:
+        data = packing_data(instance, placement, int(num_rows))
     if data.num_samples < data.num_cells:
         return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, solver_name,
                       {"reason": f"N={data.num_samples} < R*D={data.num_cells}: some cell would be empty"})
@@ -241,8 +280,6 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     stats = {"backend": backend, "num_rows": int(num_rows), "symmetry": mode, "tighten": tighten}
     # a model whose build would not fit in the time limit is not built (the build and
     # CP-SAT's loading do not stop at the limit): the best start is the answer
-    coefficients = data.num_samples * window.num_layers * instance.cluster.ep  # rank loads per block: N L P
-    build = build_seconds(data, coefficients, "cpsat" if backend == "cpsat" else "pyomo")
     skip = too_big(build, float(time_limit) - (time.perf_counter() - t0))
 
     # a start: the caller's if valid, else the greedy

@@ -40,14 +40,14 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import numpy as np
 
-from ...cost import Aggregate, Objective, rank_demand, stage_work
+from ...cost import Aggregate, Objective, rank_demand, sample_attention, stage_work
 from ...solution import Layout, Placement
-from ...window import Instance
+from ...window import Instance, Window
 
 log = logging.getLogger("rp_opt")
 
@@ -304,6 +304,29 @@ def canonical_layout(layout: Layout, num_shards: int, mode: str) -> Layout:
     new_of_old = np.empty(R * D, dtype=np.int64)
     new_of_old[cells.reshape(-1)] = np.arange(R * D)
     return Layout(new_of_old[layout.cell_of], R, D)
+
+
+def heaviest_first(instance: Instance) -> np.ndarray:
+    """The numbering of the samples the models use: decreasing attention cost
+    sum_s n_s (alpha_s T_i + beta_s Q_i), then decreasing T_i, then index.
+
+    The symmetry chains take the least-numbered sample of every cell, block and row as its
+    representative, which is valid for any numbering. With the heaviest sample first,
+    the chains put it in cell (0, 0) and leave the next heavy samples a few cells, so the
+    LP relaxation sees where the attention maxima sit instead of spreading the long
+    samples over every cell (scripts/bench_exact.py, 60 s: N = 64, G = 1, sync bound
+    49744 -> 50272, gap 1.61 % -> 0.45 %; N = 24, G = 1 proven in 25 s instead of 57 s).
+    """
+    window = instance.window
+    attention = sample_attention(window, instance.cost)
+    return np.lexsort((np.arange(window.num_samples), -window.lengths, -attention))
+
+
+def renumbered(instance: Instance, order: np.ndarray) -> Instance:
+    """``instance`` with sample j of the result = sample ``order[j]`` of ``instance``."""
+    w = instance.window
+    window = Window(w.lengths[order], np.asarray(w.demand)[order], w.top_k, w.attn_work[order])
+    return replace(instance, window=window)
 
 
 def satisfies_chains(layout: Layout, chains: Chains) -> bool:
