@@ -315,7 +315,7 @@ def heaviest_first(instance: Instance) -> np.ndarray:
     the chains put it in cell (0, 0) and leave the next heavy samples a few cells, so the
     LP relaxation sees where the attention maxima sit instead of spreading the long
     samples over every cell (scripts/bench_exact.py, 60 s: N = 64, G = 1, sync bound
-    49744 -> 50272, gap 1.61 % -> 0.45 %; N = 24, G = 1 proven in 25 s instead of 57 s).
+    49744 -> 50272, gap 1.61 % -> 0.42 %; N = 24, G = 1 proven in 24 s instead of 58 s).
     """
     window = instance.window
     attention = sample_attention(window, instance.cost)
