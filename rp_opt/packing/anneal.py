@@ -383,19 +383,27 @@ def quiet_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _worker_loop(conn, problem, state, k0, k1):
+def worker_tasks(conn):
+    """In a forked worker (:func:`quiet_worker` applied): the tasks the parent sends on
+    ``conn`` until it sends None or is gone; the pipe is closed at the end."""
     quiet_worker()
-    while True:
-        try:
-            task = conn.recv()
-        except EOFError:  # the parent is gone
-            break
-        if task is None:
-            break
-        temperature, steps, entropy, candidates = task
+    try:
+        while True:
+            try:
+                task = conn.recv()
+            except EOFError:  # the parent is gone
+                return
+            if task is None:
+                return
+            yield task
+    finally:
+        conn.close()
+
+
+def _worker_loop(conn, problem, state, k0, k1):
+    for temperature, steps, entropy, candidates in worker_tasks(conn):
         rng = np.random.default_rng(entropy)
         conn.send(metropolis_steps(problem, state, k0, k1, temperature, steps, rng, candidates))
-    conn.close()
 
 
 class Pool:

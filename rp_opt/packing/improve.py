@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .anneal import Problem, State, load_layouts, quiet_worker, stop_workers
+from .anneal import Problem, State, load_layouts, stop_workers, worker_tasks
 
 
 def _groups(problem: Problem, axis: int, block: int) -> tuple[int, int]:
@@ -500,18 +500,9 @@ def _search_round(search: BlockSearch, problem: Problem, allowed: np.ndarray, ph
 
 
 def _search_worker(conn, search, problems, published, me):
-    quiet_worker()
-    while True:
-        try:
-            task = conn.recv()
-        except EOFError:  # the parent is gone
-            break
-        if task is None:
-            break
-        allowed, phase, deadline, max_evaluations, seed, owner_of_row, write = task
+    for allowed, phase, deadline, max_evaluations, seed, owner_of_row, write in worker_tasks(conn):
         conn.send(_search_round(search, problems[phase], allowed, phase, deadline, max_evaluations, seed,
                                 published[1 - write], published[write], owner_of_row, me))
-    conn.close()
 
 
 class ParallelSearch:
