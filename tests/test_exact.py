@@ -243,6 +243,13 @@ def test_joint_brute_force_and_never_worse():
     assert_lex_close(joint.score, best)
     hier = get_solver("exact")(inst, objective="sync", time_limit=30, num_rows=2)
     assert joint.score <= tuple(x + 1e-9 for x in hier.score) or joint.score[0] < hier.score[0]
+    # both models number the samples heaviest first; a warm start in the caller's numbering
+    # is taken as it is (its score is the start's), and the plan comes back in that numbering
+    assert joint.stats["sample_order"] == hier.stats["sample_order"] == "heaviest first"
+    again = get_solver("joint")(inst, objective="sync", time_limit=30, num_rows=2, warm_start=hier.plan)
+    assert again.stats["start_score"] == pytest.approx(list(hier.score))
+    checked(inst, again, num_rows=2)
+    assert_lex_close(again.score, best)
 
 
 def test_canonical_placement_keeps_loads():

@@ -250,10 +250,21 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     if order is None or np.array_equal(order, np.arange(order.size)):
         return _solve_packing(instance, placement, num_rows, obj, time_limit, seed, start, backend, subsolvers,
                               solver_name, t0, data, build, **args)
-    if start is not None and start.cell_of.size == order.size:
-        start = Layout(start.cell_of[order], start.num_rows, start.num_slots)
-    res = _solve_packing(renumbered(instance, order), placement, num_rows, obj, time_limit, seed, start, backend,
-                         subsolvers, solver_name, t0, None, build, **args)
+    res = _solve_packing(renumbered(instance, order), placement, num_rows, obj, time_limit, seed,
+                         in_model_numbering(start, order), backend, subsolvers, solver_name, t0, None, build, **args)
+    return in_callers_numbering(res, order)
+
+
+def in_model_numbering(layout: Layout | None, order: np.ndarray) -> Layout | None:
+    """``layout`` (the caller's numbering) for the model numbered by ``order``
+    (:func:`.common.renumbered`); one of another size is left for the model to reject."""
+    if layout is None or layout.cell_of.size != order.size:
+        return layout
+    return Layout(layout.cell_of[order], layout.num_rows, layout.num_slots)
+
+
+def in_callers_numbering(res: Result, order: np.ndarray) -> Result:
+    """A model's :class:`Result` (samples numbered by ``order``) in the caller's numbering."""
     res.stats["sample_order"] = "heaviest first"
     if res.plan is None:
         return res

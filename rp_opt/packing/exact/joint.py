@@ -11,6 +11,7 @@ It measures what the hierarchical decomposition (placement first, then packing) 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 from ortools.sat.python import cp_model
@@ -21,8 +22,8 @@ from ...result import INFEASIBLE, Plan, Result
 from ...solution import Placement
 from ...solvers import register_solver
 from ...window import Instance
-from .common import (Budget, build_seconds, canonical_layout, greedy_layout, layout_valid, packing_data,
-                     symmetry_mode, too_big)
+from .common import (Budget, build_seconds, canonical_layout, greedy_layout, heaviest_first, layout_valid,
+                     packing_data, renumbered, symmetry_mode, too_big)
 
 
 def canonical_placement(placement: Placement) -> Placement:
@@ -47,20 +48,43 @@ def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.
     Parameters are those of :func:`rp_opt.packing.exact.solve_exact`; ``warm_start`` gives
     both the start placement and layout (default: LPT placement and the greedy layout).
     """
-    from . import _result, check_args, default_num_rows, default_placement
-    from .cpsat_model import CpsatPacking, SolveOutcome
+    from . import check_args, default_num_rows, in_callers_numbering, in_model_numbering
 
     t0 = time.perf_counter()
     require(not options, "options", f"unknown option(s) {sorted(options)} for solver joint; known: "
             "num_rows, symmetry, workers")
     num_rows, symmetry, workers = check_args(num_rows=num_rows, symmetry=symmetry, workers=workers).values()
     obj = get_objective(objective)
-    window, cluster = instance.window, instance.cluster
     if num_rows is None:
         num_rows = default_num_rows(instance, time_limit=max(1.0, 0.2 * time_limit))
         if num_rows is None:
             return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, "joint",
                           {"reason": "no row count R with R*D <= N admits a layout"})
+    if not symmetry or _too_big(instance, int(num_rows), float(time_limit) - (time.perf_counter() - t0)):
+        return _solve_joint(instance, obj, time_limit, seed, warm_start, int(num_rows), symmetry, workers, t0)
+    # samples numbered heaviest first in the model, as for the packing model (solve_packing)
+    order = heaviest_first(instance)
+    if warm_start is not None:
+        warm_start = replace(warm_start, layout=in_model_numbering(warm_start.layout, order))
+    res = _solve_joint(renumbered(instance, order), obj, time_limit, seed, warm_start, int(num_rows), symmetry,
+                       workers, t0)
+    return in_callers_numbering(res, order)
+
+
+def _too_big(instance: Instance, num_rows: int, left: float) -> str | None:
+    """Why the joint model of ``instance`` would not be built with ``left`` seconds to go
+    (:func:`.common.too_big`), or None."""
+    data = packing_data(instance, None, num_rows)
+    coefficients = np.count_nonzero(instance.window.demand) * instance.cluster.ep
+    return too_big(build_seconds(data, coefficients, "cpsat"), left)
+
+
+def _solve_joint(instance: Instance, obj, time_limit, seed, warm_start, num_rows, symmetry, workers, t0) -> Result:
+    """:func:`solve_joint` on checked arguments, in the numbering of ``instance``."""
+    from . import _result, default_placement
+    from .cpsat_model import CpsatPacking, SolveOutcome
+
+    window, cluster = instance.window, instance.cluster
     data = packing_data(instance, None, int(num_rows))
     if data.num_samples < data.num_cells:
         return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, "joint",
@@ -80,7 +104,7 @@ def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.
     N, L, E = a.shape
     P = cluster.ep
     stats = {"backend": "cpsat", "num_rows": int(num_rows), "symmetry": mode, "joint": True}
-    why = too_big(build_seconds(data, np.count_nonzero(a) * P, "cpsat"), float(time_limit) - (time.perf_counter() - t0))
+    why = _too_big(instance, int(num_rows), float(time_limit) - (time.perf_counter() - t0))
     if why:
         # the model of a window this size would not even be built within the time limit
         stats["model"] = why
