@@ -47,7 +47,7 @@ import numpy as np
 
 from ...cost import Aggregate, Objective, rank_demand, sample_attention, stage_work
 from ...solution import Layout, Placement
-from ...window import Instance, Window
+from ...window import Instance
 
 log = logging.getLogger("rp_opt")
 
@@ -324,9 +324,7 @@ def heaviest_first(instance: Instance) -> np.ndarray:
 
 def renumbered(instance: Instance, order: np.ndarray) -> Instance:
     """``instance`` with sample j of the result = sample ``order[j]`` of ``instance``."""
-    w = instance.window
-    window = Window(w.lengths[order], np.asarray(w.demand)[order], w.top_k, w.attn_work[order])
-    return replace(instance, window=window)
+    return replace(instance, window=instance.window.subset(order))
 
 
 def satisfies_chains(layout: Layout, chains: Chains) -> bool:
