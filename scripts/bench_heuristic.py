@@ -5,8 +5,9 @@
    identity+kk, LPT+ffd and the heuristic, against the best provable lower bound;
 3. move-kernel throughput and plan time from N=512 to N=16384 (``--scaling``).
 
-Usage: python scripts/bench_heuristic.py [--small K] [--production [--reference S] [--routing-corr X]] [--kernel] [--scaling]
-[--time S] [--samples N] [--sizes N ...] [--kernel-seconds S] [--cache DIR]\n(windows are cached under --cache, default /tmp)
+Usage: python scripts/bench_heuristic.py [--small K] [--production [--reference S] [--routing-corr X]]
+       [--kernel] [--scaling] [--time S] [--samples N] [--sizes N ...] [--kernel-seconds S] [--cache DIR]
+(windows are cached under --cache, default /tmp)
 """
 
 from __future__ import annotations
