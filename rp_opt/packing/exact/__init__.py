@@ -244,15 +244,19 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     order = None
     if args["symmetry"] and not too_big(build, float(time_limit) - (time.perf_counter() - t0)):
         # the models number the samples heaviest first (common.heaviest_first; renumbering
-        # copies the window, so not for a model too big to build); the plan comes back in
-        # the caller's numbering
+        # copies the window, so not for a model too big to build, nor for a window numbered
+        # so already); the plan comes back in the caller's numbering
         order = heaviest_first(instance)
-    if order is None or np.array_equal(order, np.arange(order.size)):
-        return _solve_packing(instance, placement, num_rows, obj, time_limit, seed, start, backend, subsolvers,
-                              solver_name, t0, data, build, **args)
-    res = _solve_packing(renumbered(instance, order), placement, num_rows, obj, time_limit, seed,
-                         in_model_numbering(start, order), backend, subsolvers, solver_name, t0, None, build, **args)
-    return in_callers_numbering(res, order)
+    if order is not None and not np.array_equal(order, np.arange(order.size)):
+        res = _solve_packing(renumbered(instance, order), placement, num_rows, obj, time_limit, seed,
+                             in_model_numbering(start, order), backend, subsolvers, solver_name, t0, None, build,
+                             **args)
+        return in_callers_numbering(res, order)
+    res = _solve_packing(instance, placement, num_rows, obj, time_limit, seed, start, backend, subsolvers,
+                         solver_name, t0, data, build, **args)
+    if order is not None:
+        res.stats["sample_order"] = "heaviest first"
+    return res
 
 
 def in_model_numbering(layout: Layout | None, order: np.ndarray) -> Layout | None:
