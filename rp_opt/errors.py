@@ -73,7 +73,7 @@ def integer(field: str, value, low=None, high=None, *, text: bool = False, none:
         ``<field>: must be an integer >= 1, got 0`` (one line).
     """
     what = "an integer" + _span(low, high) + (" or None" if none else "")
-    if none and _is_none(value, text):
+    if none and is_none(value, text):
         return None
     out = _as_integer(value, text)
     if out is not None and (low is None or out >= low) and (high is None or out <= high):
@@ -113,7 +113,7 @@ def number(field: str, value, low=None, high=None, *, text: bool = False, none: 
         raise TypeError("number(): give low or above, not both")
     bounded = (low is not None or above is not None) and high is not None
     what = ("a number" if bounded else "a finite number") + _span(low, high, above) + (" or None" if none else "")
-    if none and _is_none(value, text):
+    if none and is_none(value, text):
         return None
     out = _as_real(value, text)
     if out is not None and (low is None or out >= low) and (high is None or out <= high) \
@@ -152,7 +152,9 @@ def switch(field: str, value, *, text: bool = False) -> bool:
 
 
 # ------------------------------------------------------------------ helpers
-def _is_none(value, text: bool) -> bool:
+def is_none(value, text: bool) -> bool:
+    """True for None and, with ``text``, the strings "none" and "null" (any case, blanks
+    ignored): how every checker here reads a value that means "not set"."""
     return value is None or (text and isinstance(value, str) and value.strip().lower() in _NONE)
 
 

@@ -62,7 +62,7 @@ from functools import partial
 import numpy as np
 
 from ..cost import _AXIS, cost_bounds, get_objective, layout_costs, rank_demand_major, rank_major_view
-from ..errors import InputError, integer, number, require, switch
+from ..errors import InputError, integer, is_none, number, require, switch
 from ..result import Plan
 from ..solution import Layout, Placement
 from ..stop import MaxIterations, MaxSeconds, NoImprovement, StoppingCriterion
@@ -722,7 +722,7 @@ _SEED_RULES = ("witness", "ffd", "kk", "blocks", "greedy")
 
 def _seed_rules(field: str, value, *, text: bool = True) -> tuple[str, ...] | None:
     """``seeds``: None, or a non-empty list (or comma-separated string) of seed rules."""
-    if value is None or (text and isinstance(value, str) and value.strip().lower() in ("none", "null")):
+    if is_none(value, text):
         return None
     rules = [r.strip() for r in value.split(",")] if isinstance(value, str) else value
     require(isinstance(rules, (list, tuple)) and rules and all(
