@@ -239,8 +239,10 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     num_rows = integer("num_rows", num_rows, 1)
     args = check_args(workers=workers, symmetry=symmetry, tighten=tighten, mip_start=mip_start,
                       heuristic_start=heuristic_start, relax_bound=relax_bound)
-    data = packing_data(instance, placement, num_rows)
-    build = build_seconds(data, _coefficients(instance), "cpsat" if backend == "cpsat" else "pyomo")
+    # the build estimate needs the model's size only: no rank demand (the model computes it,
+    # in its own numbering)
+    build = build_seconds(packing_data(instance, None, num_rows), _coefficients(instance),
+                          "cpsat" if backend == "cpsat" else "pyomo")
     order = None
     if args["symmetry"] and not too_big(build, float(time_limit) - (time.perf_counter() - t0)):
         # the models number the samples heaviest first (common.heaviest_first; renumbering
@@ -249,11 +251,10 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         order = heaviest_first(instance)
     if order is not None and not np.array_equal(order, np.arange(order.size)):
         res = _solve_packing(renumbered(instance, order), placement, num_rows, obj, time_limit, seed,
-                             in_model_numbering(start, order), backend, subsolvers, solver_name, t0, None, build,
-                             **args)
+                             in_model_numbering(start, order), backend, subsolvers, solver_name, t0, build, **args)
         return in_callers_numbering(res, order)
     res = _solve_packing(instance, placement, num_rows, obj, time_limit, seed, start, backend, subsolvers,
-                         solver_name, t0, data, build, **args)
+                         solver_name, t0, build, **args)
     if order is not None:
         res.stats["sample_order"] = "heaviest first"
     return res
@@ -284,13 +285,12 @@ def _coefficients(instance: Instance) -> int:
 
 
 def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj, time_limit, seed, start, backend,
-                   subsolvers, solver_name, t0, data, build, *, workers, symmetry, tighten, mip_start,
+                   subsolvers, solver_name, t0, build, *, workers, symmetry, tighten, mip_start,
                    heuristic_start, relax_bound) -> Result:
     """:func:`solve_packing` on checked arguments, in the numbering of ``instance``
-    (``data``: its packing data, None to compute; ``build``: the model's build estimate)."""
+    (``build``: the model's build estimate, seconds)."""
     window, coefficients = instance.window, _coefficients(instance)
-    if data is None:
-        data = packing_data(instance, placement, int(num_rows))
+    data = packing_data(instance, placement, int(num_rows))
     if data.num_samples < data.num_cells:
         return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, solver_name,
                       {"reason": f"N={data.num_samples} < R*D={data.num_cells}: some cell would be empty"})
