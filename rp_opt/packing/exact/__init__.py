@@ -42,8 +42,13 @@ from ...solution import Layout, Placement
 from ...solvers import register_solver
 from ...window import Instance
 from .common import (Budget, PackingData, build_seconds, canonical_layout, greedy_layout, heaviest_first,
-                     layout_valid, packing_data, renumbered, symmetry_mode, too_big)
+                     layout_valid, lex_better, packing_data, renumbered, symmetry_mode, too_big)
 from .cpsat_model import PROOF_SUBSOLVERS, SolveOutcome
+from .row_search import row_pair_search, rows_separable
+
+# share of the time left after the start that the row-pair search may take (it ends
+# earlier when no pair of rows improves)
+ROW_SEARCH_SHARE = 0.2
 
 log = logging.getLogger("rp_opt")
 
@@ -112,17 +117,6 @@ def default_num_rows(instance: Instance, time_limit: float = 10.0) -> int | None
     return None
 
 
-def _better(a: tuple, b: tuple, rel: float = 1e-9) -> bool:
-    """Lexicographic a < b with a relative tolerance per level."""
-    for x, y in zip(a, b):
-        tol = rel * max(1.0, abs(x), abs(y))
-        if x < y - tol:
-            return True
-        if x > y + tol:
-            return False
-    return False
-
-
 def _heuristic_layout(instance, placement, num_rows, obj, data, time_limit, seed,
                       seconds: float | None = None) -> Layout | None:
     """The ``heuristic`` planner's layout for this placement and R, run for ``seconds``
@@ -149,7 +143,7 @@ def _heuristic_layout(instance, placement, num_rows, obj, data, time_limit, seed
     return layout
 
 
-_SWITCHES = ("symmetry", "tighten", "mip_start", "heuristic_start", "relax_bound")
+_SWITCHES = ("symmetry", "tighten", "mip_start", "heuristic_start", "relax_bound", "row_search")
 
 
 def check_args(**args) -> dict:
@@ -184,7 +178,7 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
                   backend: str = "cpsat", symmetry: bool = True, tighten: bool = True,
                   workers: int | None = None, subsolvers: tuple[str, ...] | None = PROOF_SUBSOLVERS,
                   mip_start: bool = False, heuristic_start: bool = True,
-                  relax_bound: bool = True, solver_name: str = "exact") -> Result:
+                  relax_bound: bool = True, row_search: bool = True, solver_name: str = "exact") -> Result:
     """Optimal layout of ``instance`` for a fixed ``placement`` and ``num_rows`` rows.
 
     Parameters
@@ -222,6 +216,11 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         :func:`.pyomo_model.relaxation_bound`, HiGHS, at most 80% of the time left, 20 s;
         samples fractional in its optimum are made binary and it is solved again); the
         bound is reported, and proves level 1 when it meets the plan's value.
+    row_search
+        CP-SAT, R >= 3, and level 1 a sum over rows (:func:`.row_search.rows_separable`,
+        e.g. ``sync``): before the model, improve the start by solving pairs of rows
+        exactly (:func:`.row_search.row_pair_search`, at most a third of the time left,
+        less when no pair improves).
     mip_start
         HiGHS only: pass ``start`` as a MIP start (HiGHS then runs without presolve, see
         :mod:`.pyomo_model` for the HiGHS 1.16 bug this avoids); CP-SAT always gets hints.
@@ -238,7 +237,7 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     subsolvers = _subsolver_names(subsolvers)
     num_rows = integer("num_rows", num_rows, 1)
     args = check_args(workers=workers, symmetry=symmetry, tighten=tighten, mip_start=mip_start,
-                      heuristic_start=heuristic_start, relax_bound=relax_bound)
+                      heuristic_start=heuristic_start, relax_bound=relax_bound, row_search=row_search)
     # the build estimate needs the model's size only: no rank demand (the model computes it,
     # in its own numbering)
     build = build_seconds(packing_data(instance, None, num_rows), _coefficients(instance),
@@ -284,9 +283,19 @@ def _coefficients(instance: Instance) -> int:
     return instance.window.num_samples * instance.window.num_layers * instance.cluster.ep
 
 
+def _two_row_layout(sub: Instance, placement: Placement, obj, start: Layout, seconds: float, seed, backend, workers,
+                    subsolvers, symmetry, tighten) -> Layout | None:
+    """The exact solve of one two-row sub-window for :func:`.row_search.row_pair_search`
+    (warm-started by ``start``; no heuristic start, relaxation or row search of its own)."""
+    res = solve_packing(sub, placement, 2, objective=obj, time_limit=seconds, seed=seed, start=start, backend=backend,
+                        symmetry=symmetry, tighten=tighten, workers=workers, subsolvers=subsolvers,
+                        heuristic_start=False, relax_bound=False, row_search=False)
+    return res.plan.layout if res.plan is not None else None
+
+
 def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj, time_limit, seed, start, backend,
                    subsolvers, solver_name, t0, build, *, workers, symmetry, tighten, mip_start,
-                   heuristic_start, relax_bound) -> Result:
+                   heuristic_start, relax_bound, row_search) -> Result:
     """:func:`solve_packing` on checked arguments, in the numbering of ``instance``
     (``build``: the model's build estimate, seconds)."""
     window, coefficients = instance.window, _coefficients(instance)
@@ -311,12 +320,23 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
             # without a model to solve, the heuristic gets the time
             seconds = 0.8 * (float(time_limit) - (time.perf_counter() - t0)) if skip else None
             better = _heuristic_layout(instance, placement, int(num_rows), obj, data, time_limit, seed, seconds)
-            if better is not None and (start is None or _better(score(instance, placement, better, obj),
+            if better is not None and (start is None or lex_better(score(instance, placement, better, obj),
                                                                  score(instance, placement, start, obj))):
                 start = better
                 stats["start"] = "heuristic"
     else:
         stats["start"] = "warm_start"
+    if (row_search and backend == "cpsat" and start is not None and num_rows >= 3
+            and rows_separable(obj.levels[0], data.num_shards)):
+        # level 1 adds up rows: re-solve pairs of rows exactly before the whole model runs
+        # (a better incumbent also lets CP-SAT prune more; see .row_search)
+        left = float(time_limit) - (time.perf_counter() - t0)
+        start, found = row_pair_search(
+            instance, placement, start, obj, (0.9 if skip else ROW_SEARCH_SHARE) * left,
+            lambda sub, sub_start, seconds: _two_row_layout(sub, placement, obj, sub_start, seconds, seed, backend,
+                                                            workers, subsolvers, symmetry, tighten),
+            seed=seed)
+        stats["row_search"] = found.to_dict()
     if start is not None and mode:
         start = canonical_layout(start, data.num_shards, mode)
     start_score = score(instance, placement, start, obj) if start is not None else None
@@ -374,7 +394,7 @@ def _result(instance, placement, obj, out, start, start_score, stats, t0, solver
     layout = out.layout
     place = out.extra.get("placement", placement) if out.extra else placement
     plan_score = score(instance, place, layout, obj) if layout is not None else None
-    if start is not None and (plan_score is None or _better(start_score, plan_score)):
+    if start is not None and (plan_score is None or lex_better(start_score, plan_score)):
         # the solver returned nothing better than the start: keep the start
         layout, place, plan_score = start, placement, start_score
         stats["kept_start"] = True
@@ -432,7 +452,7 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
         ``cpsat`` (default, faster in the measurements of ``scripts/bench_exact.py``) or ``highs``.
     options
         ``symmetry`` (bool), ``tighten`` (bool), ``workers`` (int), ``subsolvers`` (names or None),
-        ``mip_start`` (bool), ``heuristic_start`` (bool), ``relax_bound`` (bool): see
+        ``mip_start`` (bool), ``heuristic_start`` (bool), ``relax_bound`` (bool), ``row_search`` (bool): see
         :func:`solve_packing`.
     """
     t0 = time.perf_counter()

@@ -1,0 +1,93 @@
+"""Tests of the row-pair search of the exact planner (rp_opt.packing.exact.row_search).
+
+The two-row solves are real CP-SAT solves; local optimality is checked by brute force over
+every layout of each pair of rows.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from rp_opt.cost import get_objective, score
+from rp_opt.packing.exact import _two_row_layout, default_placement, solve_packing
+from rp_opt.packing.exact.common import greedy_layout, layout_valid, lex_better, packing_data
+from rp_opt.packing.exact.row_search import put_back, row_pair_search, rows_separable, two_rows
+from rp_opt.solution import Layout
+
+from test_exact import assert_lex_close, checked, make_window
+
+
+@pytest.mark.parametrize("name, shards, expected", [
+    ("sync", 2, True),       # sum_r max_g J
+    ("sync", 1, True),
+    ("attention", 4, True),
+    ("expert", 2, True),
+    ("shard", 2, False),     # max_g sum_r J couples the rows
+    ("shard", 1, True),      # with one shard: sum_r J
+    ("weighted", 2, False),  # contains max_g sum_r J
+])
+def test_rows_separable(name, shards, expected):
+    assert rows_separable(get_objective(name).levels[0], shards) is expected
+
+
+def test_two_rows_and_put_back_round_trip():
+    """Cutting two rows out of a layout and putting them back unchanged gives the layout;
+    the cut keeps the window's numbering and each row's slots."""
+    layout = Layout(np.array([0, 5, 1, 2, 3, 4, 5, 0, 2]), 3, 2)
+    samples, sub = two_rows(layout, (2, 0))
+    assert samples.tolist() == [0, 1, 2, 5, 6, 7]        # rows 0 and 2, increasing index
+    assert sub.cell_of.tolist() == [2, 1, 3, 0, 1, 2]    # row 2 first (cells 0, 1), then row 0
+    assert np.array_equal(put_back(layout, (2, 0), samples, sub).cell_of, layout.cell_of)
+
+
+def _pair_can_improve(inst, place, layout, rows, objective) -> bool:
+    """Brute force: does any valid layout of the samples of ``rows`` (the others kept) score
+    lexicographically better than ``layout``?"""
+    samples, _ = two_rows(layout, rows)
+    data = packing_data(inst, place, layout.num_rows)
+    current = score(inst, place, layout, objective)
+    for assign in itertools.product(range(2 * layout.num_slots), repeat=samples.size):
+        candidate = put_back(layout, rows, samples, Layout(np.array(assign), 2, layout.num_slots))
+        if layout_valid(data, candidate) and lex_better(score(inst, place, candidate, objective), current):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("objective, G", [("sync", 2), ("sync", 1)])
+def test_search_ends_in_a_row_pair_optimum(objective, G):
+    """From the greedy layout of a 3-row window the search keeps only improvements, ends
+    when no pair of rows improves, and then brute force finds no better layout of any pair."""
+    inst = make_window(9, D=2, G=G, C=50, seed=1)
+    place = default_placement(inst)
+    start = greedy_layout(packing_data(inst, place, 3))
+    obj = get_objective(objective)
+
+    def solve(sub, sub_start, seconds):
+        return _two_row_layout(sub, place, obj, sub_start, seconds, 0, "cpsat", None, None, True, True)
+
+    layout, stats = row_pair_search(inst, place, start, obj, 60.0, solve)
+    assert stats.stopped == "every pair of rows solved without a gain"
+    assert stats.kept >= 1  # the greedy layout is not pair-optimal on this window
+    assert layout_valid(packing_data(inst, place, 3), layout)
+    assert not lex_better(score(inst, place, start, obj), score(inst, place, layout, obj))
+    assert stats.end == pytest.approx(score(inst, place, layout, obj)[0])
+    for rows in itertools.combinations(range(3), 2):
+        assert not _pair_can_improve(inst, place, layout, rows, obj)
+
+
+def test_solve_packing_runs_the_search_where_level_one_adds_up_rows():
+    """sync on a 3-row window: the search runs and the optimum is the one found without it;
+    shard with G = 2 (rows coupled), R = 2, or row_search=False: it does not run."""
+    inst = make_window(12, D=2, G=2, C=50, seed=1)
+    place = default_placement(inst)
+    with_search = solve_packing(inst, place, 3, objective="sync", time_limit=30)
+    without = solve_packing(inst, place, 3, objective="sync", time_limit=30, row_search=False)
+    assert with_search.status == without.status == "optimal"
+    assert "row_search" in with_search.stats and "row_search" not in without.stats
+    checked(inst, with_search, num_rows=3)
+    assert_lex_close(with_search.score, without.score)
+    assert "row_search" not in solve_packing(inst, place, 3, objective="shard", time_limit=5).stats
+    assert "row_search" not in solve_packing(inst, place, 2, objective="sync", time_limit=5).stats
