@@ -46,14 +46,15 @@ def window(n, g, seed, layers=8, experts=16, capacity=16384):
                     experts=experts, seed=seed)
 
 
-def run_packing(spec: str, time_limit: float, seed: int, workers: int | None, subsolvers):
+def run_packing(spec: str, time_limit: float, seed: int, workers: int | None, subsolvers, row_search: bool = True):
     n, g, objective, backend, sym = spec.split(":")
     inst = window(int(n), int(g), seed)
     rows = default_num_rows(inst)
     place = default_placement(inst)
     t0 = time.perf_counter()
     res = solve_packing(inst, place, rows, objective=objective, backend=backend, symmetry=bool(int(sym)),
-                        time_limit=time_limit, seed=seed, workers=workers, subsolvers=subsolvers)
+                        time_limit=time_limit, seed=seed, workers=workers, subsolvers=subsolvers,
+                        row_search=row_search)
     secs = time.perf_counter() - t0
     rep = check(inst, res.plan, num_rows=rows)
     gap = res.gap
@@ -178,6 +179,8 @@ def main():
     ap.add_argument("--subsolvers", nargs="*", default=None,
                     help="CP-SAT full-problem workers by name, or 'cpsat' for CP-SAT's own portfolio "
                          "(default: rp_opt.packing.exact.cpsat_model.PROOF_SUBSOLVERS)")
+    ap.add_argument("--no-row-search", action="store_true",
+                    help="without the row-pair search before the model (rp_opt.packing.exact.row_search)")
     ap.add_argument("--joint", type=int, default=0, help="number of tiny windows (per G) for the joint comparison")
     ap.add_argument("--expert-ratio", type=float, default=2.0)
     ap.add_argument("--objective", default="sync", help="objective of the joint comparison")
@@ -192,7 +195,7 @@ def main():
         # solve_packing reads "cpsat" (CP-SAT's own portfolio) and comma-separated names
         subsolvers = PROOF_SUBSOLVERS if args.subsolvers is None else ",".join(args.subsolvers)
         for spec in args.runs:
-            run_packing(spec, args.time_limit, args.seed, args.workers, subsolvers)
+            run_packing(spec, args.time_limit, args.seed, args.workers, subsolvers, not args.no_row_search)
     if args.joint:
         run_joint(args.joint, args.time_limit, args.expert_ratio, args.objective, args.joint_experts,
                   args.joint_ranks, args.joint_layers)

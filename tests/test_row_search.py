@@ -79,8 +79,8 @@ def test_search_ends_in_a_row_pair_optimum(objective, G):
 
 
 def test_solve_packing_runs_the_search_where_level_one_adds_up_rows():
-    """sync on a 3-row window: the search runs and the optimum is the one found without it;
-    shard with G = 2 (rows coupled), R = 2, or row_search=False: it does not run."""
+    """sync on a 3-row window with G = 2: the search runs and the optimum is the one found
+    without it; shard (rows coupled), R = 2, G = 1 or row_search=False: it does not run."""
     inst = make_window(12, D=2, G=2, C=50, seed=1)
     place = default_placement(inst)
     with_search = solve_packing(inst, place, 3, objective="sync", time_limit=30)
@@ -91,3 +91,5 @@ def test_solve_packing_runs_the_search_where_level_one_adds_up_rows():
     assert_lex_close(with_search.score, without.score)
     assert "row_search" not in solve_packing(inst, place, 3, objective="shard", time_limit=5).stats
     assert "row_search" not in solve_packing(inst, place, 2, objective="sync", time_limit=5).stats
+    one_shard = make_window(12, D=2, G=1, C=50, seed=1)
+    assert "row_search" not in solve_packing(one_shard, default_placement(one_shard), 3, time_limit=5).stats

@@ -217,7 +217,7 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         samples fractional in its optimum are made binary and it is solved again); the
         bound is reported, and proves level 1 when it meets the plan's value.
     row_search
-        CP-SAT, R >= 3, and level 1 a sum over rows (:func:`.row_search.rows_separable`,
+        CP-SAT, R >= 3, G >= 2 and level 1 a sum over rows (:func:`.row_search.rows_separable`,
         e.g. ``sync``): before the model, improve the start by solving pairs of rows
         exactly (:func:`.row_search.row_pair_search`, at most a third of the time left,
         less when no pair improves).
@@ -326,10 +326,13 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
                 stats["start"] = "heuristic"
     else:
         stats["start"] = "warm_start"
-    if (row_search and backend == "cpsat" and start is not None and num_rows >= 3
+    if (row_search and backend == "cpsat" and start is not None and num_rows >= 3 and data.num_shards >= 2
             and rows_separable(obj.levels[0], data.num_shards)):
         # level 1 adds up rows: re-solve pairs of rows exactly before the whole model runs
-        # (a better incumbent also lets CP-SAT prune more; see .row_search)
+        # (a better incumbent also lets CP-SAT prune more; see .row_search). Not with one
+        # shard: there CP-SAT's own search finds layouts as good, and its bound needs the
+        # time (N = 64, G = 1 windows of scripts/bench_exact.py, seeds 0-2: gap 0.99 /
+        # 0.10 / 0.76 % with the search, 0.55 / 0.12 / 0.37 % without)
         left = float(time_limit) - (time.perf_counter() - t0)
         start, found = row_pair_search(
             instance, placement, start, obj, (0.9 if skip else ROW_SEARCH_SHARE) * left,
