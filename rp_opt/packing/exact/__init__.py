@@ -10,7 +10,9 @@ linearised generically) and solve the objective's levels in sequence:
 * ``highs`` (:mod:`.pyomo_model`): Pyomo + HiGHS on the float costs.
 
 Before the model runs, :func:`solve_packing` takes the better of a greedy layout and a
-short run of the ``heuristic`` planner as the start. With symmetry breaking, the models
+short run of the ``heuristic`` planner as the start; when level 1 adds up rows (``sync``)
+and R >= 3, G >= 2, pairs of rows are then re-solved exactly as two-row windows
+(:mod:`.row_search`), which improves the start and, through it, CP-SAT's bound. With symmetry breaking, the models
 number the samples heaviest first (:func:`.common.heaviest_first`), so the chains fix
 where the longest samples sit; plans come back in the caller's numbering. CP-SAT
 searches longest sample first with the proof-oriented workers of
