@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .cost import Costs, get_objective
-from .errors import require
+from .errors import integer
 from .result import Plan
 from .solution import cell_samples
 from .window import Instance
@@ -120,11 +120,11 @@ def check_plan(instance: Instance, placement, rows, objective="sync", num_rows: 
     objective
         Objective to score under.
     num_rows
-        When given, the plan must have exactly this many rows (e.g. R*).
+        When given (an integer >= 1), the plan must have exactly this many rows (e.g. R*);
+        another value raises :class:`~rp_opt.errors.InputError`.
     """
     window, cluster, cost = instance.window, instance.cluster, instance.cost
-    require(num_rows is None or (isinstance(num_rows, (int, np.integer)) and not isinstance(num_rows, bool)
-                                 and num_rows >= 1), "num_rows", f"must be an integer >= 1, got {num_rows!r}")
+    num_rows = integer("num_rows", num_rows, low=1, none=True)
     violations: list[str] = []
     ranks = _check_placement(placement, window.num_layers, window.num_experts, cluster.ep, violations)
     cells = _check_rows(rows, window.num_samples, cluster.dp, violations)

@@ -3,9 +3,10 @@
 import copy
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
-from rp_opt import Cluster, CostModel, Instance, Placement, Stage, Window, check_plan
+from rp_opt import Cluster, CostModel, Instance, InputError, Placement, Stage, Window, check_plan
 from rp_opt.packing.baseline import pack
 
 from conftest import random_instance
@@ -114,3 +115,16 @@ def test_sample_limit_and_shape_and_row_count():
     assert not check_plan(instance, placement, ragged).valid
     assert not check_plan(instance, [[0, 1]], rows).valid
     assert not check_plan(instance, placement, [[[-1] + rows[0][0], rows[0][1]]] + rows[1:]).valid
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "2", np.int64(0), float("nan")])
+def test_num_rows_is_checked_by_the_shared_rules(bad):
+    """A bad ``num_rows`` is one line naming it and the value (rp_opt.errors wording); an
+    integral float counts as that integer."""
+    instance = random_instance(3, n=12, dp=2, capacity=2000)
+    placement, rows = _valid_plan(instance)
+    with pytest.raises(InputError) as info:
+        check_plan(instance, placement, rows, num_rows=bad)
+    assert str(info.value) == f"num_rows: must be an integer >= 1 or None, got {bad!r}"
+    assert check_plan(instance, placement, rows, num_rows=float(len(rows))).valid
+    assert not check_plan(instance, placement, rows, num_rows=float(len(rows) + 1)).valid
