@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import InputError, require
+from .errors import InputError, integer, require
 from .window import Window, compact_counts
 
 _CHUNK_KEYS = 1 << 24  # counts per bincount call (128 MB of int64)
@@ -112,7 +112,7 @@ def demand_from_samples(routing: Sequence, num_experts: int, num_layers: int | N
     routing
         N integer arrays (numpy, lists, or CPU tensors) of shape [T_i, L, k].
     num_experts
-        E; every id must be in [0, E).
+        E, an integer >= 1; every id must be in [0, E).
     num_layers, top_k
         Expected L and k (default: those of the first sample; every sample must agree).
 
@@ -121,7 +121,7 @@ def demand_from_samples(routing: Sequence, num_experts: int, num_layers: int | N
     Replay
         lengths T_i, demand a[N, L, E] and k.
     """
-    _check_experts(num_experts)
+    num_experts = integer("num_experts", num_experts, low=1)
     require(isinstance(routing, (list, tuple)) or hasattr(routing, "__len__"), "routing",
             f"must be a sequence of per-sample arrays, got {type(routing).__name__}")
     require(len(routing) >= 1, "routing", "is empty: a window needs at least one sample")
@@ -163,11 +163,11 @@ def demand_from_padded(routing, mask=None, num_experts: int | None = None,
     mask
         [B, S], 1 (or True) for a token, 0 for padding; default: every position is a token.
     num_experts
-        E.
+        E, an integer >= 1.
     num_layers
         Expected L (optional).
     """
-    _check_experts(num_experts)
+    num_experts = integer("num_experts", num_experts, low=1)
     ids = _as_int_array(routing, "routing")
     require(ids.ndim == 4, "routing", f"a padded batch must be [B, S, L, k], got shape {ids.shape}")
     b, s, num_layers_seen, k = ids.shape
@@ -278,11 +278,6 @@ def infer_top_k(lengths: np.ndarray, demand: np.ndarray) -> int:
     """k of counts: the most routed tokens per token over samples and layers (>= 1)."""
     per_layer = demand.sum(axis=2, dtype=np.int64)
     return max(1, int(np.ceil((per_layer / np.asarray(lengths)[:, None]).max())))
-
-
-def _check_experts(num_experts) -> None:
-    require(isinstance(num_experts, (int, np.integer)) and not isinstance(num_experts, bool) and num_experts >= 1,
-            "num_experts", f"must be a positive integer, got {num_experts!r}")
 
 
 def _check_layers_k(num_layers: int, k: int, num_experts: int) -> None:

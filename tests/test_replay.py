@@ -98,6 +98,21 @@ def test_padded_errors():
         replay(np.zeros((2, 2)), num_experts=4)
 
 
+@pytest.mark.parametrize("bad", [0, -1, 4.5, True, "4", None, np.int64(0)])
+def test_num_experts_is_checked_by_the_shared_rules(bad):
+    """Per-sample and padded routing reject a bad E with the one-line wording of
+    rp_opt.errors; an integral float (4.0) counts as 4."""
+    routing, demand = hand_routing()
+    padded = np.stack([routing[0], np.concatenate([routing[1], routing[1], routing[1]])])
+    mask = np.array([[1, 1, 1], [1, 0, 0]])
+    for read in (lambda e: demand_from_samples(routing, e), lambda e: demand_from_padded(padded, mask, e),
+                 lambda e: replay(routing, num_experts=e)):
+        with pytest.raises(InputError) as info:
+            read(bad)
+        assert str(info.value) == f"num_experts: must be an integer >= 1, got {bad!r}"
+        assert read(4.0).demand.tolist() == demand.tolist()
+
+
 @st.composite
 def ragged_routing(draw):
     n = draw(st.integers(1, 6))
