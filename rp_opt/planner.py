@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .cost import get_objective, score
-from .errors import InputError, require
+from .errors import InputError, integer, number, require
 from .result import Plan, Result
 from .solution import Layout, Placement
 from .window import Cluster, CostModel, Instance, Window
@@ -174,7 +174,7 @@ class Planner:
     objective
         ``sync`` (default), ``shard`` or another registered objective.
     time_limit
-        Seconds per step for certification and solving together.
+        Seconds per step for certification and solving together (a finite number > 0).
     mode
         ``auto``, ``heuristic``, ``exact``, or any registered solver name. A mode's solver
         that is not installed falls back along :data:`MODES` (logged; ``step.solver`` says
@@ -182,14 +182,14 @@ class Planner:
     seed
         Seed of randomised solvers.
     expert_bytes
-        Bytes of one expert's state for the migration plan (default: from the model spec,
-        else 0).
+        Bytes of one expert's state for the migration plan, an integer >= 0 (default: from
+        the model spec, else 0).
     current_placement
         The placement in force before the first step (default: identity).
     warm_start
         Seed each step with the previous step's plan where its shape allows.
     certify_share
-        Share of ``time_limit`` given to the R* certifier.
+        Share of ``time_limit`` given to the R* certifier, in (0, 1): the rest is the solver's.
     keep_placement
         Keep the placement in force and plan the packing only (no migration), for
         trainers that cannot hide expert transfers; needs a solver that takes a fixed
@@ -199,14 +199,16 @@ class Planner:
     migration_cost
         Modelled cost of one byte on the migration's critical path (the busiest rank's
         transfers in sequence, :attr:`~rp_opt.materialise.MigrationPlan.critical_bytes`),
-        in the cost model's units (with a calibrated model in seconds: 1 / bandwidth). Set,
+        in the cost model's units (with a calibrated model in seconds: 1 / bandwidth), a
+        finite number >= 0. Set,
         the planner adopts a new placement only when its modelled gain on this step's layout
         (the layout scored under the placement in force minus under the new one), times
         ``migration_horizon``, exceeds the migration's cost; otherwise it keeps the placement
         in force with the new layout (``step.stats["migration_decision"]`` says which and
         why). None (default): always adopt the solver's placement.
     migration_horizon
-        Steps a new placement is expected to serve (its gain counts this many times).
+        Steps a new placement is expected to serve (its gain counts this many times), an
+        integer >= 1.
     """
 
     def __init__(self, cluster: Cluster, cost="ling-tiny-like", *, objective: str = "sync",
@@ -215,39 +217,31 @@ class Planner:
                  certify_share: float = 0.2, keep_placement: bool = False, solver_options: dict | None = None,
                  migration_cost: float | None = None, migration_horizon: int = 1):
         require(isinstance(cluster, Cluster), "cluster", f"must be a Cluster, got {type(cluster).__name__}")
-        require(np.isfinite(time_limit) and time_limit > 0, "time_limit", f"must be > 0, got {time_limit}")
-        require(0 < certify_share < 1, "certify_share", f"must be in (0, 1), got {certify_share}")
+        self.time_limit = number("time_limit", time_limit, above=0, hint="seconds")
+        self.certify_share = number("certify_share", certify_share, above=0)
+        # an open upper bound, which errors.number has not: at 1 the solver would get no share
+        require(self.certify_share < 1, "certify_share", f"must be a number in (0, 1), got {certify_share!r}")
         self.cluster = cluster
         self.objective = get_objective(objective).name
-        self.time_limit = float(time_limit)
         from .packing.anneal import check_option
 
         self.seed = check_option("seed", seed)  # an integer >= 0, checked here rather than at step 1
         self.warm_start = bool(warm_start)
         self.fallback = bool(fallback)
-        self.certify_share = float(certify_share)
         self.solver_options = dict(solver_options or {})
         self.keep_placement = bool(keep_placement)
         self._cost, self._spec = load_cost(cost)
         if expert_bytes is None:
             expert_bytes = self._spec.expert_bytes if self._spec is not None else 0
-        require(isinstance(expert_bytes, (int, np.integer)) and expert_bytes >= 0, "expert_bytes",
-                f"must be a non-negative integer, got {expert_bytes!r}")
-        self.expert_bytes = int(expert_bytes)
+        self.expert_bytes = integer("expert_bytes", expert_bytes, low=0)
         require(isinstance(mode, str) and mode != "", "mode", f"must be a solver mode name, got {mode!r}")
         self.mode = mode
         require(not (keep_placement and (MODES.get(mode, (mode,))[0] in _FIXED_PLACEMENT)), "keep_placement",
                 f"mode {mode!r} chooses its own placement; use heuristic, exact or auto")
         require(not (keep_placement and self.solver_options.get("refine")), "solver_options",
                 "refine=True changes the placement, keep_placement=True keeps it: choose one")
-        require(migration_cost is None or (isinstance(migration_cost, (int, float, np.number))
-                                           and not isinstance(migration_cost, bool)
-                                           and np.isfinite(migration_cost) and migration_cost >= 0), "migration_cost",
-                f"must be None or a finite number >= 0, got {migration_cost!r}")
-        require(isinstance(migration_horizon, (int, np.integer)) and migration_horizon >= 1, "migration_horizon",
-                f"must be an integer >= 1, got {migration_horizon!r}")
-        self.migration_cost = None if migration_cost is None else float(migration_cost)
-        self.migration_horizon = int(migration_horizon)
+        self.migration_cost = number("migration_cost", migration_cost, low=0, none=True)
+        self.migration_horizon = integer("migration_horizon", migration_horizon, low=1)
         self._cost_by_layers: dict[int, CostModel] = {}
         self._current = current_placement
         self._previous: Plan | None = None

@@ -98,6 +98,43 @@ def test_migration_cost_decides_whether_experts_move():
             Planner(cluster, COST, mode="lpt-ffd", **bad)
 
 
+@pytest.mark.parametrize("field, bad, message", [
+    ("time_limit", 0, "must be a finite number > 0 (seconds), got 0"),
+    ("time_limit", float("inf"), "must be a finite number > 0 (seconds), got inf"),
+    ("time_limit", "2", "must be a finite number > 0 (seconds), got '2'"),
+    ("certify_share", 0.0, "must be a finite number > 0, got 0.0"),
+    ("certify_share", float("nan"), "must be a finite number > 0, got nan"),
+    ("certify_share", 1, "must be a number in (0, 1), got 1"),
+    ("certify_share", 1.5, "must be a number in (0, 1), got 1.5"),
+    ("expert_bytes", -1, "must be an integer >= 0, got -1"),
+    ("expert_bytes", 2.5, "must be an integer >= 0, got 2.5"),
+    ("expert_bytes", True, "must be an integer >= 0, got True"),
+    ("migration_cost", -1.0, "must be a finite number >= 0 or None, got -1.0"),
+    ("migration_cost", "fast", "must be a finite number >= 0 or None, got 'fast'"),
+    ("migration_horizon", 0, "must be an integer >= 1, got 0"),
+    ("migration_horizon", 1.5, "must be an integer >= 1, got 1.5"),
+])
+def test_scalar_arguments_follow_the_shared_rules(field, bad, message):
+    """Each scalar argument is checked by rp_opt.errors at construction: one line naming
+    the argument and the value."""
+    cluster = Cluster(dp=2, edp=1, ep=2, capacity=64)
+    with pytest.raises(InputError) as info:
+        Planner(cluster, COST, mode="lpt-ffd", **{field: bad})
+    assert str(info.value) == f"{field}: {message}"
+
+
+def test_integral_floats_count_as_integers():
+    """The shared rules take 8.0 as 8 where an integer is asked for (the hand checks did not)."""
+    planner = Planner(Cluster(dp=2, edp=1, ep=2, capacity=64), COST, mode="lpt-ffd", time_limit=2,
+                      expert_bytes=10.0, migration_horizon=3.0, migration_cost=np.float32(0.5))
+    assert planner.expert_bytes == 10 and type(planner.expert_bytes) is int
+    assert planner.migration_horizon == 3 and type(planner.migration_horizon) is int
+    assert planner.time_limit == 2.0 and planner.migration_cost == 0.5
+    step = planner.plan(routing=routing_of(0), num_experts=8.0)
+    checked(step)
+    assert step.migration.total_bytes == 10 * step.migration.num_transfers
+
+
 def test_warm_starts_and_commit():
     """Same N and shape -> the previous layout seeds; other samples -> only the placement
     seeds (with the certificate's layout); commit=False changes nothing."""
