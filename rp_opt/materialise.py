@@ -27,7 +27,7 @@ from scipy.optimize import linear_sum_assignment
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_bipartite_matching
 
-from .errors import InputError, require
+from .errors import InputError, integer, require
 from .solution import Placement
 
 
@@ -196,23 +196,23 @@ def migration_plan(current: Placement, new: Placement, expert_bytes: int = 0,
     new
         The placement to materialise (any labelling).
     expert_bytes
-        Bytes of one expert's state (e.g. ``rp_opt.models.load_spec(name).expert_bytes``).
+        Bytes of one expert's state, an integer >= 0 (e.g.
+        ``rp_opt.models.load_spec(name).expert_bytes``).
     relabel_ranks
         Relabel first (default); False schedules ``new`` as it is labelled.
     """
     _same_shape(current, new)
-    require(isinstance(expert_bytes, (int, np.integer)) and expert_bytes >= 0, "expert_bytes",
-            f"must be a non-negative integer, got {expert_bytes!r}")
+    expert_bytes = integer("expert_bytes", expert_bytes, low=0)
     target = relabel(current, new) if relabel_ranks else new
     layer, expert = np.nonzero(target.ranks != current.ranks)
     src = current.ranks[layer, expert]
     dst = target.ranks[layer, expert]
-    transfers = tuple(Transfer(int(l), int(e), int(s), int(d), int(expert_bytes))
+    transfers = tuple(Transfer(int(l), int(e), int(s), int(d), expert_bytes)
                       for l, e, s, d in zip(layer, expert, src, dst))
     rounds = edge_colouring_rounds(src, dst, new.num_ranks)
     kept = int(current.ranks.size - len(transfers))
     return MigrationPlan(target, transfers, tuple(tuple(r) for r in rounds),
-                         int(expert_bytes) * len(transfers), kept)
+                         expert_bytes * len(transfers), kept)
 
 
 def apply_transfers(current: Placement, transfers) -> Placement:

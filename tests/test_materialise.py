@@ -126,6 +126,19 @@ def test_rounds_of_a_multigraph_with_parallel_edges():
     assert sorted(i for r in rounds for i in r) == list(range(8))
 
 
+@pytest.mark.parametrize("bad", [-1, 2.5, True, "10", None, float("inf")])
+def test_expert_bytes_follows_the_shared_rules(bad):
+    """A bad expert_bytes is one line in the wording of rp_opt.errors; 10.0 counts as 10."""
+    current = Placement(np.array([[0, 0, 1, 1]]), 2)
+    new = Placement(np.array([[0, 1, 0, 1]]), 2)
+    with pytest.raises(InputError) as info:
+        migration_plan(current, new, expert_bytes=bad)
+    assert str(info.value) == f"expert_bytes: must be an integer >= 0, got {bad!r}"
+    plan = migration_plan(current, new, expert_bytes=10.0)
+    assert plan.total_bytes == 10 * plan.num_transfers > 0
+    assert all(type(t.bytes) is int for t in plan.transfers)
+
+
 def test_apply_transfers_rejects_wrong_source():
     current = Placement(np.array([[0, 0, 1, 1]]), 2)
     with pytest.raises(InputError, match="transfers"):
