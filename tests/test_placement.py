@@ -259,6 +259,44 @@ def test_errors_name_the_field():
         solve_layer(LayerProblem(np.ones(4, dtype=int), 2), "aggregate", backend="gurobi")
 
 
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "2", None])
+def test_num_ranks_follows_the_shared_rules(bad):
+    """LPT, local search and the bound read P by rp_opt.errors: one line naming it and the
+    value; 2.0 counts as 2."""
+    load = np.array([[5, 3, 2, 2], [1, 1, 4, 0]])
+    for run in (lambda p: lpt_ranks(load, p), lambda p: placement_lower_bound(load, p),
+                lambda p: local_search_ranks(load, lpt_ranks(load, 2), p)):
+        with pytest.raises(InputError) as info:
+            run(bad)
+        assert str(info.value) == f"num_ranks: must be an integer >= 1, got {bad!r}"
+        assert np.array_equal(run(2.0), run(2))
+    assert lpt_placement(tiny_window(np.ones((1, 4), dtype=int)), 2.0).num_ranks == 2
+
+
+@pytest.mark.parametrize("field, bad, message", [
+    ("time_limit", 0, "must be a finite number > 0 or None (seconds; None: no limit), got 0"),
+    ("time_limit", -1.0, "must be a finite number > 0 or None (seconds; None: no limit), got -1.0"),
+    ("time_limit", "10", "must be a finite number > 0 or None (seconds; None: no limit), got '10'"),
+    ("time_limit", float("inf"), "must be a finite number > 0 or None (seconds; None: no limit), got inf"),
+    ("mip_gap", -0.1, "must be a finite number >= 0, got -0.1"),
+    ("mip_gap", float("nan"), "must be a finite number >= 0, got nan"),
+    ("mip_gap", None, "must be a finite number >= 0, got None"),
+    ("tolerance", -1, "must be a finite number >= 0, got -1"),
+    ("tolerance", float("inf"), "must be a finite number >= 0, got inf"),
+])
+def test_solver_scalars_follow_the_shared_rules(field, bad, message):
+    """solve_layer (and so exact_placement) checks its scalar options by rp_opt.errors,
+    before any solve."""
+    problem = LayerProblem(np.array([4, 3, 2, 1]), 2, current=np.array([0, 0, 1, 1]))
+    with pytest.raises(InputError) as info:
+        solve_layer(problem, "migration", **{field: bad})
+    assert str(info.value) == f"{field}: {message}"
+    with pytest.raises(InputError) as info:
+        exact_placement(tiny_window(np.ones((1, 4), dtype=int)), 2, **{field: bad})
+    assert str(info.value) == f"{field}: {message}"
+    assert solve_layer(problem, "aggregate", time_limit=None).status == "optimal"
+
+
 # ---------------------------------------------------------------------------------------
 # properties
 # ---------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ def placement_lower_bound(load: np.ndarray, num_ranks: int) -> np.ndarray:
     num_ranks
         P, dividing E.
     """
-    load = _check_load(load, num_ranks)
+    load, num_ranks = _check_load(load, num_ranks)
     num_layers, num_experts = load.shape
     per_rank = num_experts // num_ranks
     integral = load.dtype.kind in "iu"

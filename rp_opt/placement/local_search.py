@@ -53,7 +53,7 @@ def local_search_ranks(load: np.ndarray, ranks: np.ndarray, num_ranks: int,
     numpy.ndarray
         [L, E] int64 ranks, balanced, with max_p L[l,p] <= that of the start in every layer.
     """
-    load = _check_load(load, num_ranks)
+    load, num_ranks = _check_load(load, num_ranks)
     ranks = np.array(np.atleast_2d(ranks), dtype=np.int64, copy=True)
     require(ranks.shape == load.shape, "ranks", f"shape {ranks.shape} does not match load {load.shape}")
     num_layers, num_experts = load.shape

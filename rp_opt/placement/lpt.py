@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import require
+from ..errors import integer, require
 from ..solution import Placement
 from ..window import Window
 
 
-def _check_load(load: np.ndarray, num_ranks: int) -> np.ndarray:
+def _check_load(load: np.ndarray, num_ranks: int) -> tuple[np.ndarray, int]:
+    """(load as [L, E], P as an int), or :class:`~rp_opt.errors.InputError` for a bad one."""
     load = np.asarray(load)
     if load.ndim == 1:
         load = load[None, :]
     require(load.ndim == 2, "load", f"must be [L, E], got shape {load.shape}")
-    require(isinstance(num_ranks, (int, np.integer)) and num_ranks >= 1, "num_ranks", f"must be a positive integer, got {num_ranks!r}")
+    num_ranks = integer("num_ranks", num_ranks, low=1)
     require(load.shape[1] % num_ranks == 0, "num_ranks", f"P={num_ranks} does not divide E={load.shape[1]}")
     require(bool(np.all(np.isfinite(load))) and bool(np.all(load >= 0)), "load", "must be finite and >= 0")
-    return load
+    return load, num_ranks
 
 
 def lpt_ranks(load: np.ndarray, num_ranks: int) -> np.ndarray:
@@ -33,14 +34,14 @@ def lpt_ranks(load: np.ndarray, num_ranks: int) -> np.ndarray:
     load
         [L, E] (or [E]) expert loads, load[l, e] = sum_i a[i,l,e].
     num_ranks
-        P; must divide E.
+        P, an integer >= 1; must divide E.
 
     Returns
     -------
     numpy.ndarray
         [L, E] int64 ranks, every rank holding exactly E/P experts of every layer.
     """
-    load = _check_load(load, num_ranks)
+    load, num_ranks = _check_load(load, num_ranks)
     num_layers, num_experts = load.shape
     per_rank = num_experts // num_ranks
     layers = np.arange(num_layers)

@@ -33,7 +33,7 @@ import numpy as np
 
 from .._cpsat import solve
 from .._highs import silence_banner
-from ..errors import InputError, require
+from ..errors import InputError, number, require
 from ..result import FEASIBLE, NO_SOLUTION, OPTIMAL, relative_gap
 from ..solution import Layout, Placement
 from ..window import Instance, Window
@@ -115,16 +115,17 @@ def solve_layer(problem: LayerProblem, objective="aggregate", *, time_limit: flo
     objective
         Name of a registered placement objective (or the object).
     time_limit
-        Seconds for the solver (per stage for ``migration``, which first solves
-        ``aggregate`` to find the best max load).
+        Seconds for the solver, a finite number > 0 or None (no limit); per stage for
+        ``migration``, which first solves ``aggregate`` to find the best max load.
     mip_gap
-        Relative gap at which the solve stops and reports ``optimal``.
+        Relative gap at which the solve stops and reports ``optimal`` (finite, >= 0).
     warm_start
         [E] assignment to start from; default LPT + local search on the aggregate loads.
     backend
         ``"highs"`` (Pyomo + appsi HiGHS) or ``"cpsat"`` (OR-Tools CP-SAT, integer data).
     tolerance
-        ``migration``: allowed relative excess of the max rank load over the best found.
+        ``migration``: allowed relative excess of the max rank load over the best found
+        (finite, >= 0).
     threads
         Solver threads (CP-SAT workers); default: the machine's cores (at most 8).
     prove_with_bound
@@ -142,9 +143,9 @@ def solve_layer(problem: LayerProblem, objective="aggregate", *, time_limit: flo
     start = time.perf_counter()
     obj = get_placement_objective(objective)
     require(backend in BACKENDS, "backend", f"must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    require(time_limit is None or time_limit > 0, "time_limit", f"must be > 0, got {time_limit!r}")
-    require(mip_gap >= 0, "mip_gap", f"must be >= 0, got {mip_gap!r}")
-    require(tolerance >= 0, "tolerance", f"must be >= 0, got {tolerance!r}")
+    time_limit = number("time_limit", time_limit, above=0, none=True, hint="seconds; None: no limit")
+    mip_gap = number("mip_gap", mip_gap, low=0)
+    tolerance = number("tolerance", tolerance, low=0)
     for need in obj.needs:
         require(getattr(problem, need) is not None, need, f"the {obj.name!r} objective needs it")
     stats: dict = {"backend": backend}
