@@ -418,6 +418,31 @@ def test_cli_place_bad_input_exits_2(tmp_path, capsys):
     assert code == 2 and "--current" in err
 
 
+@pytest.mark.parametrize("flag, bad, what", [
+    ("--mip-gap", "-1", "a finite number >= 0"),
+    ("--mip-gap", "inf", "a finite number >= 0"),
+    ("--mip-gap", "abc", "a finite number >= 0"),
+    ("--tolerance", "-0.5", "a finite number >= 0"),
+    ("--tolerance", "nan", "a finite number >= 0"),
+    ("--expert-bytes", "-1", "an integer >= 0"),
+    ("--expert-bytes", "1.5", "an integer >= 0"),
+])
+def test_cli_place_scalar_flags_follow_the_shared_rules(tmp_path, capsys, flag, bad, what):
+    """Each scalar flag of rp-opt place is read by rp_opt.errors: exit 2 and one line
+    naming the flag and the value, before any work."""
+    _, path = _cli_instance(tmp_path)
+    code, out, err = _run_cli(["place", path, "--method", "lpt", f"{flag}={bad}"], capsys)
+    assert code == 2 and out == ""
+    assert err == f"error: {flag}: must be {what}, got {bad!r} (see rp-opt place --help)\n"
+
+
+def test_cli_place_expert_bytes_takes_an_integral_float(tmp_path, capsys):
+    _, path = _cli_instance(tmp_path)
+    code, out, _ = _run_cli(["place", path, "--method", "lpt", "--expert-bytes", "1e3", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["migration"]["total_bytes"] == 1000 * data["migration"]["transfers"] > 0
+
+
 # ---------------------------------------------------------------------------------------
 # Placement refined for a fixed layout (rp_opt.placement.refine)
 # ---------------------------------------------------------------------------------------

@@ -131,14 +131,25 @@ def _argument(text: str, check, *args, **kwargs):
         raise argparse.ArgumentTypeError(exc.message) from None
 
 
+def _checked_arg(name: str, check, *args):
+    """An argparse ``type`` named ``name`` that reads its text with ``check(..., *args)``
+    (see :func:`_argument`)."""
+
+    def parse(text: str):
+        return _argument(text, check, *args)
+
+    parse.__name__ = name
+    return parse
+
+
 def int_arg(minimum: int):
     """An argparse ``type``: an integer >= ``minimum`` (one-line error naming the flag)."""
+    return _checked_arg(f"int>={minimum}", integer, minimum)
 
-    def parse(text: str) -> int:
-        return _argument(text, integer, minimum)
 
-    parse.__name__ = f"int>={minimum}"
-    return parse
+def number_arg(minimum: float):
+    """An argparse ``type``: a finite number >= ``minimum`` (one-line error naming the flag)."""
+    return _checked_arg(f"number>={minimum:g}", number, minimum)
 
 
 seed_arg = int_arg(0)

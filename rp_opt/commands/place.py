@@ -11,8 +11,8 @@ import numpy as np
 from ..errors import InputError, require
 from ..io import placement_from_list, read_json
 from ..solution import Layout, Placement
-from ._common import (Progress, add_json, check_output, emit_json, open_instance, require_same_window, seconds_arg,
-                      table, write_output)
+from ._common import (Progress, add_json, check_output, emit_json, int_arg, number_arg, open_instance,
+                      require_same_window, seconds_arg, table, write_output)
 
 log = logging.getLogger("rp_opt")
 
@@ -31,12 +31,13 @@ def register(sub) -> None:
     p.add_argument("--current", metavar="PLAN.json",
                    help="plan file holding the current placement (and layout); default: identity")
     p.add_argument("--time-limit", type=seconds_arg, default=10.0, help="exact: seconds per layer (default 10)")
-    p.add_argument("--mip-gap", type=float, default=1e-3, help="exact: relative gap to stop at (default 1e-3)")
-    p.add_argument("--tolerance", type=float, default=0.0,
-                   help="migration: allowed relative excess of the max rank load (default 0)")
+    p.add_argument("--mip-gap", type=number_arg(0), default=1e-3,
+                   help="exact: relative gap to stop at, finite and >= 0 (default 1e-3)")
+    p.add_argument("--tolerance", type=number_arg(0), default=0.0,
+                   help="migration: allowed relative excess of the max rank load, finite and >= 0 (default 0)")
     p.add_argument("--backend", choices=("highs", "cpsat"), default="highs", help="exact: solver (default highs)")
-    p.add_argument("--expert-bytes", type=int, default=None,
-                   help="bytes of one expert (default: from the instance's model spec, else 0)")
+    p.add_argument("--expert-bytes", type=int_arg(0), default=None,
+                   help="bytes of one expert, >= 0 (default: from the instance's model spec, else 0)")
     p.add_argument("-o", "--output", metavar="PLAN.json",
                    help="write a plan file with the new placement and the layout used for scoring")
     add_json(p)
@@ -65,9 +66,8 @@ def _baseline_layout(instance) -> Layout:
 
 
 def _expert_bytes(args, instance) -> int:
-    if args.expert_bytes is not None:
-        require(args.expert_bytes >= 0, "--expert-bytes", f"must be >= 0, got {args.expert_bytes}")
-        return int(args.expert_bytes)
+    if args.expert_bytes is not None:  # checked by its argparse type
+        return args.expert_bytes
     try:
         from ..models import load_spec
 
@@ -83,8 +83,6 @@ def run(args) -> int:
                              placement_lower_bound)
     from ..result import FEASIBLE, OPTIMAL
 
-    require(args.mip_gap >= 0, "--mip-gap", f"must be >= 0, got {args.mip_gap}")
-    require(args.tolerance >= 0, "--tolerance", f"must be >= 0, got {args.tolerance}")
     objective = get_placement_objective(args.objective)
     require(args.method == "exact" or objective.name == "aggregate", "--objective",
             f"{objective.name!r} needs --method exact")
