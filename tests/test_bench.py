@@ -174,6 +174,31 @@ def test_plots_skip_without_matplotlib(monkeypatch, tmp_path):
     assert not (tmp_path / "g.png").exists()
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--time-limit", "0"], "--time-limit: must be a finite number > 0 (seconds), got 0.0"),
+    (["--time-limit", "inf"], "--time-limit: must be a finite number > 0 (seconds), got inf"),
+    (["--workers", "0"], "--workers: must be an integer >= 1, got 0"),
+    (["--seeds", "1,x"], "--seeds: must be an integer (each of the comma-separated seeds), got 'x'"),
+    (["--seeds", "1,2.5"], "--seeds: must be an integer (each of the comma-separated seeds), got '2.5'"),
+])
+def test_gap_arguments_follow_the_shared_rules(argv, message, capsys):
+    """The gap benchmark's scalar arguments (the script's parser leaves them unchecked) are
+    read by rp_opt.errors before anything runs: one line naming the flag and the value."""
+    import argparse
+
+    from rp_opt.bench.gap import add_arguments, tasks_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, "tiny")
+    with pytest.raises(InputError) as info:
+        tasks_from_args(parser.parse_args(["--solvers", "baseline"] + argv))
+    assert str(info.value) == message
+    assert load_script("bench_gap").main(["--suite", "tiny", "--solvers", "baseline"] + argv) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+    args = parser.parse_args(["--solvers", "baseline", "--seeds", "3, 4.0"])
+    assert [t.spec.seed for t in tasks_from_args(args)] == [3, 4]
+
+
 # ---------------------------------------------------------------------------------------
 # scripts and the CLI (tiny settings)
 # ---------------------------------------------------------------------------------------

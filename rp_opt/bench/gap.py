@@ -11,7 +11,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from ..errors import InputError, require
+from ..errors import integer, number, require
 from .report import image_path, add_gaps, per_instance_rows, per_solver_rows, print_tables, write_outputs
 from .runner import Task, run_tasks
 from .suites import suite
@@ -37,14 +37,22 @@ def add_arguments(parser: argparse.ArgumentParser, default_suite: str = "small")
 
 
 def tasks_from_args(args) -> list[Task]:
-    require(args.time_limit > 0, "--time-limit", f"must be > 0, got {args.time_limit}")
-    require(args.workers >= 1, "--workers", f"must be >= 1, got {args.workers}")
+    """The tasks of ``args`` (suite x solvers), after checking every argument.
+
+    ``--time-limit`` and ``--workers`` are checked by :mod:`rp_opt.errors` and stored back
+    in ``args`` as float and int (the script's parser gives them unchecked).
+
+    Raises
+    ------
+    InputError
+        One line naming the first bad argument and its value.
+    """
+    args.time_limit = number("--time-limit", args.time_limit, above=0, hint="seconds")
+    args.workers = integer("--workers", args.workers, low=1)
     seeds = None
     if args.seeds:
-        try:
-            seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-        except ValueError:
-            raise InputError("--seeds", f"must be comma-separated integers, got {args.seeds!r}") from None
+        seeds = [integer("--seeds", s, text=True, hint="each of the comma-separated seeds")
+                 for s in args.seeds.split(",") if s.strip()]
     specs = suite(args.suite, seeds)
     if args.limit:
         specs = specs[: args.limit]
