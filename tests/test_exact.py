@@ -88,6 +88,47 @@ def test_equals_brute_force(G, objective, backend):
     checked(inst, res, num_rows=2)
     assert_lex_close(res.score, expected)
     assert res.bound <= res.score[0] + 1e-9
+    if backend == "cpsat" and G == 2:
+        # three distinct levels: CP-SAT solves levels 2 and 3 as one (CpsatPacking.stacked)
+        assert res.stats["levels"][1]["solved_together"] == [2, 3]
+
+
+@pytest.mark.parametrize("objective", ["shard", "sync"])
+def test_later_levels_together_equal_one_by_one(objective):
+    """CP-SAT's levels 2 and 3 solved as one weighted sum reach the same lexicographic
+    optimum, level by level, as solving them one after the other (R = 3, G = 2: no level
+    repeats another)."""
+    from rp_opt.packing.exact.common import Budget
+    from rp_opt.packing.exact.cpsat_model import CpsatPacking
+
+    inst = make_window(12, D=2, G=2, C=50, seed=1)
+    place = Placement.identity(2, 4, 2)
+    data = packing_data(inst, place, 3)
+    values = {}
+    for together in (True, False):
+        builder = CpsatPacking(data, get_objective(objective), symmetry_mode(get_objective(objective)))
+        out = builder.solve(Budget(60.0), together=together)
+        assert [o.status for o in out.levels] == ["optimal"] * 3
+        assert ("solved_together" in out.levels[1].stats) is together
+        values[together] = [o.value for o in out.levels]
+        assert_lex_close(score(inst, place, out.layout, objective), values[together], rel=1e-3)
+    assert values[True] == values[False]  # integer optima in the model's units
+
+
+@given(st.lists(st.integers(0, 1000), min_size=2, max_size=4))
+def test_stacked_weights_make_the_sum_lexicographic(uppers):
+    """Each weight exceeds what every later level can add at its upper bound, and the last
+    is 1: sum_j w_j L_j then orders layouts as the levels do, lexicographically."""
+    from rp_opt.packing.exact.cpsat_model import CpsatPacking
+
+    fake = CpsatPacking.__new__(CpsatPacking)
+    fake.levels = [(None, 1, 0.0, u) for u in uppers]
+    weights = fake.stacked(list(range(len(uppers))))
+    assert weights[-1] == 1
+    for j in range(len(uppers) - 1):
+        assert weights[j] > sum(w * u for w, u in zip(weights[j + 1:], uppers[j + 1:]))
+    fake.levels = [(None, 1, 0.0, 2 ** 30) for _ in range(3)]
+    assert fake.stacked([0, 1, 2]) is None  # beyond 2^53: solved one by one
 
 
 @pytest.mark.parametrize("D,G,R", [(4, 1, 1), (4, 2, 1), (2, 1, 2)])
