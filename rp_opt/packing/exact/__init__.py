@@ -12,8 +12,8 @@ linearised generically) and solve the objective's levels in sequence:
 Before the model runs, :func:`solve_packing` takes the better of a greedy layout and a
 short run of the ``heuristic`` planner as the start; when level 1 adds up rows (``sync``)
 and R >= 3, G >= 2, pairs of rows are then re-solved exactly as two-row windows
-(:mod:`.row_search`), which improves the start and, through it, CP-SAT's bound. With symmetry breaking, the models
-number the samples heaviest first (:func:`.common.heaviest_first`), so the chains fix
+(:mod:`.row_search`), which improves the start and, through it, CP-SAT's bound. With
+symmetry breaking, the models number the samples heaviest first (:func:`.common.heaviest_first`), so the chains fix
 where the longest samples sit; plans come back in the caller's numbering. CP-SAT
 searches longest sample first with the proof-oriented workers of
 :data:`.cpsat_model.PROOF_SUBSOLVERS`; when level 1 ends unproven, a partial LP relaxation
@@ -221,8 +221,8 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     row_search
         CP-SAT, R >= 3, G >= 2 and level 1 a sum over rows (:func:`.row_search.rows_separable`,
         e.g. ``sync``): before the model, improve the start by solving pairs of rows
-        exactly (:func:`.row_search.row_pair_search`, at most a third of the time left,
-        less when no pair improves).
+        exactly (:func:`.row_search.row_pair_search`, at most :data:`ROW_SEARCH_SHARE` of
+        the time left, less when no pair improves).
     mip_start
         HiGHS only: pass ``start`` as a MIP start (HiGHS then runs without presolve, see
         :mod:`.pyomo_model` for the HiGHS 1.16 bug this avoids); CP-SAT always gets hints.
@@ -286,13 +286,14 @@ def _coefficients(instance: Instance) -> int:
 
 
 def _two_row_layout(sub: Instance, placement: Placement, obj, start: Layout, seconds: float, seed, backend, workers,
-                    subsolvers, symmetry, tighten) -> Layout | None:
+                    subsolvers, symmetry, tighten) -> tuple[Layout | None, bool]:
     """The exact solve of one two-row sub-window for :func:`.row_search.row_pair_search`
-    (warm-started by ``start``; no heuristic start, relaxation or row search of its own)."""
+    (warm-started by ``start``; no heuristic start, relaxation or row search of its own):
+    its layout and whether it is proven optimal."""
     res = solve_packing(sub, placement, 2, objective=obj, time_limit=seconds, seed=seed, start=start, backend=backend,
                         symmetry=symmetry, tighten=tighten, workers=workers, subsolvers=subsolvers,
                         heuristic_start=False, relax_bound=False, row_search=False)
-    return res.plan.layout if res.plan is not None else None
+    return (res.plan.layout if res.plan is not None else None), res.status == OPTIMAL
 
 
 def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj, time_limit, seed, start, backend,

@@ -403,7 +403,7 @@ class CpsatPacking:
             st = "optimal" if status == cp_model.OPTIMAL else "feasible"
             # the first level's bound: w_0 L_0 + (the rest, at most w_0 - 1) >= the solve's bound
             bound = solver.best_objective_bound
-            first = bound if len(ks) == 1 else math.ceil((bound - weights[0] + 1) / weights[0])
+            first = bound if len(ks) == 1 else max(0, math.ceil((bound - weights[0] + 1) / weights[0]))
             for j, k in enumerate(ks):
                 lexpr, unit = self.levels[k][0], self.levels[k][1]
                 value = round(solver.objective_value) if len(ks) == 1 else round(solver.value(lexpr))

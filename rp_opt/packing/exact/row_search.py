@@ -6,6 +6,8 @@ two rows, and solve their samples exactly as a two-row window of their own (same
 placement and objective): the other rows keep their cells, so level 1 changes by exactly
 the sub-window's change, and the sub-window's later levels (its sum J, ...) steer ties as
 the whole window's do. The result is kept when the whole window's score is better.
+:func:`rp_opt.packing.exact.solve_packing` runs it before the model with G >= 2 only (with
+one shard CP-SAT's own search does as well, and its bound needs the time).
 
 CP-SAT finds good layouts of a 2-row window in seconds (scripts/bench_exact.py windows:
 N = 32, G = 2 within 0.02 % of optimal in 60 s, N = 24 proven at G = 1), while on a
@@ -65,7 +67,8 @@ class RowSearchStats:
 
     def to_dict(self) -> dict:
         return {"solves": self.solves, "kept": self.kept, "start": self.start, "end": self.end,
-                "seconds": self.seconds, "stopped": self.stopped}
+                "seconds": self.seconds, "stopped": self.stopped,
+                "history": [{"seconds": t, "rows": list(rows), "level1": v} for t, rows, v in self.history]}
 
 
 def two_rows(layout: Layout, rows: tuple[int, int]) -> tuple[np.ndarray, Layout]:
@@ -87,7 +90,7 @@ def put_back(layout: Layout, rows: tuple[int, int], samples: np.ndarray, sub: La
 
 
 def row_pair_search(instance: Instance, placement: Placement, layout: Layout, objective: Objective,
-                    seconds: float, solve: Callable[[Instance, Layout, float], Layout | None], *,
+                    seconds: float, solve: Callable[[Instance, Layout, float], tuple[Layout | None, bool]], *,
                     seed: int = 0) -> tuple[Layout, RowSearchStats]:
     """Improve ``layout`` by re-solving pairs of rows for ``seconds`` at most.
 
@@ -100,8 +103,9 @@ def row_pair_search(instance: Instance, placement: Placement, layout: Layout, ob
     seconds
         Wall-clock limit of the whole search.
     solve
-        ``solve(sub_window, start, seconds) -> Layout or None``: an exact two-row solve
-        (:func:`rp_opt.packing.exact.solve_packing` with R = 2, warm-started by ``start``).
+        ``solve(sub_window, start, seconds) -> (Layout or None, proven)``: an exact two-row
+        solve (:func:`rp_opt.packing.exact.solve_packing` with R = 2, warm-started by
+        ``start``) and whether its layout is proven optimal.
     seed
         Order in which the pairs are tried.
 
@@ -109,8 +113,9 @@ def row_pair_search(instance: Instance, placement: Placement, layout: Layout, ob
     -------
     (Layout, RowSearchStats)
         The best layout (``layout`` itself when nothing better was found) and what the
-        search did. Pairs that gave nothing are not tried again until one of their rows
-        changes; the search ends early when every pair is such.
+        search did. Pairs that gave nothing, or were just solved to a proven optimum, are
+        not tried again until one of their rows changes; the search ends early when every
+        pair is such.
     """
     t0 = time.perf_counter()
     stats = RowSearchStats()
@@ -130,7 +135,7 @@ def row_pair_search(instance: Instance, placement: Placement, layout: Layout, ob
             break
         rows = todo[int(rng.integers(len(todo)))]
         samples, start = two_rows(layout, rows)
-        sub = solve(renumbered(instance, samples), start, min(SOLVE_SECONDS, left))
+        sub, proven = solve(renumbered(instance, samples), start, min(SOLVE_SECONDS, left))
         stats.solves += 1
         tried.add(rows)
         if sub is None:
@@ -144,7 +149,8 @@ def row_pair_search(instance: Instance, placement: Placement, layout: Layout, ob
             stats.history.append((round(time.perf_counter() - t0, 2), rows, best[0]))
             log.info("row search: rows %d, %d -> level 1 %.6g (%.1f s)", rows[0], rows[1], best[0],
                      time.perf_counter() - t0)
-            # the pairs that share a row with these have new neighbours: try them again
-            tried = {p for p in tried if not set(p) & set(rows)}
+            # the pairs that share a row with these have new neighbours: try them again (this
+            # pair too, unless its layout is proven optimal)
+            tried = {p for p in tried if not set(p) & set(rows)} | ({rows} if proven else set())
     stats.seconds = time.perf_counter() - t0
     return layout, stats
