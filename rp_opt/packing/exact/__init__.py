@@ -337,12 +337,18 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
         # time (N = 64, G = 1 windows of scripts/bench_exact.py, seeds 0-2: gap 0.99 /
         # 0.10 / 0.76 % with the search, 0.55 / 0.12 / 0.37 % without)
         left = float(time_limit) - (time.perf_counter() - t0)
-        start, found = row_pair_search(
-            instance, placement, start, obj, (0.9 if skip else ROW_SEARCH_SHARE) * left,
-            lambda sub, sub_start, seconds: _two_row_layout(sub, placement, obj, sub_start, seconds, seed, backend,
-                                                            workers, subsolvers, symmetry, tighten),
-            seed=seed)
-        stats["row_search"] = found.to_dict()
+        # without a model it may take what is left; with one, never so much that the model
+        # no longer fits (too_big: the build takes at most half of the time left)
+        seconds = 0.9 * left if skip else min(ROW_SEARCH_SHARE * left, left - 2 * build)
+        if seconds >= 0.5:
+            start, found = row_pair_search(
+                instance, placement, start, obj, seconds,
+                lambda sub, sub_start, limit: _two_row_layout(sub, placement, obj, sub_start, limit, seed, backend,
+                                                              workers, subsolvers, symmetry, tighten),
+                seed=seed)
+            stats["row_search"] = found.to_dict()
+        else:
+            stats["row_search"] = {"skipped": f"{left:.1f} s left, the model's build needs about {build:.1f} s"}
     if start is not None and mode:
         start = canonical_layout(start, data.num_shards, mode)
     start_score = score(instance, placement, start, obj) if start is not None else None
