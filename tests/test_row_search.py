@@ -93,3 +93,16 @@ def test_solve_packing_runs_the_search_where_level_one_adds_up_rows():
     assert "row_search" not in solve_packing(inst, place, 2, objective="sync", time_limit=5).stats
     one_shard = make_window(12, D=2, G=1, C=50, seed=1)
     assert "row_search" not in solve_packing(one_shard, default_placement(one_shard), 3, time_limit=5).stats
+
+
+def test_search_leaves_the_model_time_to_build(monkeypatch):
+    """When the search's share would leave less than the model's build needs (too_big: half
+    of the time left), the search is skipped with a reason and the model still runs."""
+    import rp_opt.packing.exact as exact
+
+    monkeypatch.setattr(exact, "build_seconds", lambda *args, **kwargs: 1.3)
+    inst = make_window(12, D=2, G=2, C=50, seed=1)
+    res = solve_packing(inst, default_placement(inst), 3, objective="sync", time_limit=3.0, heuristic_start=False)
+    assert "skipped" in res.stats["row_search"]
+    assert "model" not in res.stats and res.stats["levels"]  # built and solved
+    checked(inst, res, num_rows=3)
