@@ -106,3 +106,24 @@ def test_search_leaves_the_model_time_to_build(monkeypatch):
     assert "skipped" in res.stats["row_search"]
     assert "model" not in res.stats and res.stats["levels"]  # built and solved
     checked(inst, res, num_rows=3)
+
+
+def test_time_left_goes_to_the_heuristic_when_the_model_stops_fitting(monkeypatch):
+    """The model fits the limit at first but no longer once the start has been built
+    (``too_big`` answers so on its third call: the first two decide the numbering and the
+    first check): the heuristic, from the start, gets the
+    time left instead of the solve ending early. The plan is valid and the time is used."""
+    import rp_opt.packing.exact as exact
+
+    calls = []
+
+    def fits_only_first(seconds, left):
+        calls.append(left)
+        return None if len(calls) <= 2 else "not built: about 9 s to build (test)"
+
+    monkeypatch.setattr(exact, "too_big", fits_only_first)
+    inst = make_window(12, D=2, G=1, C=50, seed=1)
+    res = solve_packing(inst, default_placement(inst), 3, objective="sync", time_limit=3.0)
+    assert len(calls) == 3 and res.stats["model"].startswith("not built")
+    assert res.seconds >= 2.0  # before: the solve returned the start right after the second check
+    checked(inst, res, num_rows=3)
