@@ -349,7 +349,8 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
                 seed=seed)
             stats["row_search"] = found.to_dict()
         else:
-            stats["row_search"] = {"skipped": f"{left:.1f} s left, the model's build needs about {build:.1f} s"}
+            why = f"{left:.1f} s left" + ("" if skip else f", the model's build needs about {build:.1f} s")
+            stats["row_search"] = {"skipped": why}
     if start is not None and mode:
         start = canonical_layout(start, data.num_shards, mode)
     start_score = score(instance, placement, start, obj) if start is not None else None
