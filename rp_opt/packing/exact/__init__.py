@@ -120,10 +120,11 @@ def default_num_rows(instance: Instance, time_limit: float = 10.0) -> int | None
 
 
 def _heuristic_layout(instance, placement, num_rows, obj, data, time_limit, seed,
-                      seconds: float | None = None, start: Layout | None = None) -> Layout | None:
+                      seconds: float | None = None, start: Plan | None = None) -> Layout | None:
     """The ``heuristic`` planner's layout for this placement and R, run for ``seconds``
-    (default min(5% of the time limit, 0.05 s per sample, 5 s)), from ``start`` when given;
-    None when it is not installed, too little time is left, or its layout does not fit."""
+    (default min(5% of the time limit, 0.05 s per sample, 5 s)), from the plan ``start``
+    when given; None when it is not installed, too little time is left, or its layout does
+    not fit."""
     if seconds is None:
         seconds = min(0.05 * float(time_limit), 0.05 * data.num_samples, 5.0)
     if seconds < 0.2:
@@ -134,9 +135,8 @@ def _heuristic_layout(instance, placement, num_rows, obj, data, time_limit, seed
     except Exception:  # the heuristic is not part of this tree
         return None
     try:
-        warm = None if start is None else Plan(placement, start, obj.name, score(instance, placement, start, obj))
         res = heuristic(instance, objective=obj, time_limit=seconds, seed=seed, placement=placement,
-                        num_rows=num_rows, report_baseline=False, warm_start=warm)
+                        num_rows=num_rows, report_baseline=False, warm_start=start)
     except Exception as exc:  # a start is optional: never fail the exact solve for it
         log.debug("heuristic start failed: %s", exc)
         return None
@@ -387,10 +387,12 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
             # the model stopped fitting only now (the start took its time): the heuristic,
             # from the start, gets what is left instead of leaving it unused
             better = _heuristic_layout(instance, placement, int(num_rows), obj, data, time_limit, seed,
-                                       0.9 * budget.left(), start=start)
-            if better is not None and lex_better(score(instance, placement, better, obj), start_score):
+                                       0.9 * budget.left(), start=Plan(placement, start, obj.name, start_score))
+            better_score = score(instance, placement, better, obj) if better is not None else None
+            if better is not None and lex_better(better_score, start_score):
+                # canonicalising relabels rows, shards and slots only: the score stays
                 start = canonical_layout(better, data.num_shards, mode) if mode else better
-                start_score = score(instance, placement, start, obj)
+                start_score = better_score
                 stats["start"] += ", then the heuristic from it"
         out = SolveOutcome(None, [], [], {})
     elif backend == "cpsat":
