@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, number, require
 from .solution import Layout, Placement
 from .window import CostModel, Instance, Window
 
@@ -240,6 +240,10 @@ class Aggregate:
     ``Aggregate("sum", "rows", "max")`` is max_g sum_r J[r,g]; ``Aggregate("max", "shards",
     "sum")`` is sum_r max_g J[r,g]. Exact models linearise an aggregate generically (a max
     becomes an epigraph variable), so a new objective needs no change to any model builder.
+
+    The weights ``attention`` and ``expert`` must be finite numbers >= 0 (stored as
+    floats); NaN, inf, a negative weight, a bool or a string raises
+    :class:`~rp_opt.errors.InputError` naming the weight.
     """
 
     inner: str
@@ -253,8 +257,9 @@ class Aggregate:
             raise InputError("objective", f"reductions must be 'sum' or 'max', got {self.inner!r}, {self.outer!r}")
         if self.over not in _AXIS:
             raise InputError("objective", f"axis must be 'rows' or 'shards', got {self.over!r}")
-        if self.attention < 0 or self.expert < 0:
-            raise InputError("objective", "weights of A and X must be >= 0")
+        for name in ("attention", "expert"):
+            object.__setattr__(self, name, number(f"objective.{name}", getattr(self, name), low=0,
+                                                  hint=f"weight of {'A' if name == 'attention' else 'X'}"))
 
     def matrix(self, costs: Costs) -> np.ndarray:
         return self.attention * costs.attention + self.expert * costs.expert
@@ -276,11 +281,28 @@ Level = tuple[tuple[float, Aggregate], ...]
 @dataclass(frozen=True)
 class Objective:
     """A lexicographic objective: levels compared left to right, each a weighted sum of
-    aggregates."""
+    aggregates.
+
+    Parameters
+    ----------
+    name
+        Registry key.
+    levels
+        Tuple of levels, each a tuple of ``(coefficient, Aggregate)`` pairs; every
+        coefficient a finite number >= 0 (NaN, inf, a negative value or a bool raises
+        :class:`~rp_opt.errors.InputError` naming ``objective.levels[i][j]``).
+    description
+        One line for listings.
+    """
 
     name: str
     levels: tuple[Level, ...]
     description: str = ""
+
+    def __post_init__(self):
+        for i, level in enumerate(self.levels):
+            for j, (coef, _) in enumerate(level):
+                number(f"objective.levels[{i}][{j}]", coef, low=0, hint=f"coefficient in objective {self.name!r}")
 
     def evaluate(self, costs: Costs) -> tuple[float, ...]:
         return tuple(sum(coef * agg.evaluate(costs) for coef, agg in level) for level in self.levels)
@@ -290,11 +312,23 @@ _OBJECTIVES: dict[str, Objective] = {}
 
 
 def register_objective(objective: Objective) -> Objective:
-    """Make ``objective`` available by name to every solver and to the CLI."""
-    for level in objective.levels:
-        for coef, _ in level:
-            if coef < 0:
-                raise InputError("objective", f"{objective.name}: level coefficients must be >= 0, got {coef}")
+    """Make ``objective`` available by name to every solver and to the CLI.
+
+    Its coefficients and weights were checked when it was built (finite numbers >= 0:
+    :class:`Objective`, :class:`Aggregate`).
+
+    Parameters
+    ----------
+    objective
+        The objective to register (replaces one of the same name).
+
+    Returns
+    -------
+    Objective
+        ``objective`` itself.
+    """
+    require(isinstance(objective, Objective), "objective",
+            f"must be an Objective, got {type(objective).__name__}")
     _OBJECTIVES[objective.name] = objective
     return objective
 

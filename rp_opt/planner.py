@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .cost import get_objective, score
-from .errors import InputError, integer, number, require
+from .errors import InputError, integer, number, require, switch
 from .result import Plan, Result
 from .solution import Layout, Placement
 from .window import Cluster, CostModel, Instance, Window
@@ -209,6 +209,11 @@ class Planner:
     migration_horizon
         Steps a new placement is expected to serve (its gain counts this many times), an
         integer >= 1.
+
+    ``warm_start``, ``fallback`` and ``keep_placement`` are switches: True or False
+    (Python or numpy bools; the integers 1 and 0 too, as :func:`rp_opt.errors.switch`
+    reads every on/off input). Anything else (``"no"``, 2, None) raises
+    :class:`~rp_opt.errors.InputError` naming the flag, as do the other bad arguments.
     """
 
     def __init__(self, cluster: Cluster, cost="ling-tiny-like", *, objective: str = "sync",
@@ -226,19 +231,19 @@ class Planner:
         from .packing.anneal import check_option
 
         self.seed = check_option("seed", seed)  # an integer >= 0, checked here rather than at step 1
-        self.warm_start = bool(warm_start)
-        self.fallback = bool(fallback)
+        self.warm_start = switch("warm_start", warm_start)
+        self.fallback = switch("fallback", fallback)
         self.solver_options = dict(solver_options or {})
-        self.keep_placement = bool(keep_placement)
+        self.keep_placement = switch("keep_placement", keep_placement)
         self._cost, self._spec = load_cost(cost)
         if expert_bytes is None:
             expert_bytes = self._spec.expert_bytes if self._spec is not None else 0
         self.expert_bytes = integer("expert_bytes", expert_bytes, low=0)
         require(isinstance(mode, str) and mode != "", "mode", f"must be a solver mode name, got {mode!r}")
         self.mode = mode
-        require(not (keep_placement and (MODES.get(mode, (mode,))[0] in _FIXED_PLACEMENT)), "keep_placement",
+        require(not (self.keep_placement and (MODES.get(mode, (mode,))[0] in _FIXED_PLACEMENT)), "keep_placement",
                 f"mode {mode!r} chooses its own placement; use heuristic, exact or auto")
-        require(not (keep_placement and self.solver_options.get("refine")), "solver_options",
+        require(not (self.keep_placement and self.solver_options.get("refine")), "solver_options",
                 "refine=True changes the placement, keep_placement=True keeps it: choose one")
         self.migration_cost = number("migration_cost", migration_cost, low=0, none=True)
         self.migration_horizon = integer("migration_horizon", migration_horizon, low=1)
@@ -339,7 +344,8 @@ class Planner:
             Q[N] (default T^2).
         commit
             Make the new placement the one in force and remember the plan for the next
-            step's warm start (default). False plans without changing the planner.
+            step's warm start (default). False plans without changing the planner. A
+            switch (True or False; see the class docstring).
 
         Returns
         -------
@@ -347,6 +353,7 @@ class Planner:
         """
         from .materialise import migration_plan
 
+        commit = switch("commit", commit)
         start = time.perf_counter()
         instance = self.instance(lengths, routing, num_experts=num_experts, mask=mask, top_k=top_k,
                                  attn_work=attn_work)

@@ -114,14 +114,23 @@ def demand_from_samples(routing: Sequence, num_experts: int, num_layers: int | N
     num_experts
         E, an integer >= 1; every id must be in [0, E).
     num_layers, top_k
-        Expected L and k (default: those of the first sample; every sample must agree).
+        Expected L and k, integers >= 1 (default: those of the first sample; every sample
+        must agree).
 
     Returns
     -------
     Replay
         lengths T_i, demand a[N, L, E] and k.
+
+    Raises
+    ------
+    InputError
+        A bad count (``top_k: must be an integer >= 1 or None, got 0``) or bad routing,
+        naming the sample.
     """
     num_experts = integer("num_experts", num_experts, low=1)
+    num_layers = integer("num_layers", num_layers, low=1, none=True)
+    top_k = integer("top_k", top_k, low=1, none=True)
     require(isinstance(routing, (list, tuple)) or hasattr(routing, "__len__"), "routing",
             f"must be a sequence of per-sample arrays, got {type(routing).__name__}")
     require(len(routing) >= 1, "routing", "is empty: a window needs at least one sample")
@@ -165,9 +174,15 @@ def demand_from_padded(routing, mask=None, num_experts: int | None = None,
     num_experts
         E, an integer >= 1.
     num_layers
-        Expected L (optional).
+        Expected L, an integer >= 1 (optional).
+
+    Returns
+    -------
+    Replay
+        lengths (the mask's row sums), demand a[B, L, E] and k.
     """
     num_experts = integer("num_experts", num_experts, low=1)
+    num_layers = integer("num_layers", num_layers, low=1, none=True)
     ids = _as_int_array(routing, "routing")
     require(ids.ndim == 4, "routing", f"a padded batch must be [B, S, L, k], got shape {ids.shape}")
     b, s, num_layers_seen, k = ids.shape
@@ -209,7 +224,31 @@ def demand_from_counts(counts, num_experts: int | None = None, num_layers: int |
 
     ``lengths`` default to sum_e a[i, 0, e] / k when ``top_k`` is given (a full replay routes
     k T_i tokens per layer); otherwise they must be given.
+
+    Parameters
+    ----------
+    counts
+        a[N, L, E], non-negative integers.
+    num_experts, num_layers
+        Expected E and L, integers >= 1 (optional).
+    lengths
+        T[N] (default: from the counts and ``top_k``).
+    top_k
+        k, an integer >= 1 (optional unless ``lengths`` is None).
+
+    Returns
+    -------
+    Replay
+
+    Raises
+    ------
+    InputError
+        A bad count (``top_k: must be an integer >= 1 or None, got 0``), counts of the
+        wrong shape, negative or uneven counts.
     """
+    num_experts = integer("num_experts", num_experts, low=1, none=True)
+    num_layers = integer("num_layers", num_layers, low=1, none=True)
+    top_k = integer("top_k", top_k, low=1, none=True)
     counts = np.asarray(counts)
     require(counts.ndim == 3, "counts", f"must be [N, L, E], got shape {counts.shape}")
     require(counts.shape[0] >= 1, "counts", "is empty: a window needs at least one sample")
@@ -247,7 +286,13 @@ def replay(routing, *, num_experts: int, mask=None, num_layers: int | None = Non
     A 4-D array is a padded batch, a 3-D array with a 2-D ``mask`` too is not accepted (a
     single sample must be wrapped in a list); a 3-D array otherwise is precomputed counts;
     a list or tuple is per-sample routing.
+
+    ``num_layers`` and ``top_k`` (optional) must be integers >= 1 whatever the form
+    (:class:`~rp_opt.errors.InputError` naming the argument otherwise); a padded batch
+    takes its k from the ids and ignores ``top_k``.
     """
+    num_layers = integer("num_layers", num_layers, low=1, none=True)
+    top_k = integer("top_k", top_k, low=1, none=True)
     if isinstance(routing, Replay):
         return routing
     if isinstance(routing, (list, tuple)):

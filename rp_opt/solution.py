@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import InputError, require
+from .errors import InputError, integer, require
 from .window import _frozen
 
 
@@ -26,7 +26,8 @@ class Placement:
         [L, E] integer array with values in [0, P); every rank holds exactly E/P experts
         of every layer.
     num_ranks
-        P.
+        P, an integer >= 1 that divides E (an integral float such as 4.0 counts as 4; a
+        bool or a fractional value raises :class:`~rp_opt.errors.InputError`).
     """
 
     ranks: np.ndarray
@@ -36,9 +37,9 @@ class Placement:
         ranks = np.asarray(self.ranks)
         require(ranks.ndim == 2, "placement", f"must be [L, E], got shape {ranks.shape}")
         require(ranks.dtype.kind in "iu" or ranks.size == 0, "placement", f"must hold integer ranks, got dtype {ranks.dtype}")
-        p = int(self.num_ranks)
+        p = integer("placement.num_ranks", self.num_ranks, low=1)
         num_layers, num_experts = ranks.shape
-        require(p >= 1 and num_experts % p == 0, "placement", f"P={p} does not divide E={num_experts}")
+        require(num_experts % p == 0, "placement", f"P={p} does not divide E={num_experts}")
         ranks = ranks.astype(np.int64)
         bad = np.argwhere((ranks < 0) | (ranks >= p))
         if bad.size:
@@ -65,8 +66,24 @@ class Placement:
 
     @classmethod
     def identity(cls, num_layers: int, num_experts: int, num_ranks: int) -> "Placement":
-        """Expert e on rank e div (E/P) in every layer (the baseline)."""
-        per_rank = num_experts // num_ranks
+        """Expert e on rank e div (E/P) in every layer (the baseline).
+
+        Parameters
+        ----------
+        num_layers, num_experts
+            L and E, integers >= 0.
+        num_ranks
+            P, an integer >= 1 that divides E.
+
+        Raises
+        ------
+        InputError
+            A count that is not an integer in range (one line naming it), or P not dividing E.
+        """
+        num_layers = integer("placement.num_layers", num_layers, low=0)
+        num_experts = integer("placement.num_experts", num_experts, low=0)
+        num_ranks = integer("placement.num_ranks", num_ranks, low=1)
+        per_rank = max(num_experts // num_ranks, 1)
         row = np.arange(num_experts) // per_rank
         return cls(np.tile(row, (num_layers, 1)), num_ranks)
 
@@ -120,9 +137,12 @@ class Layout:
     cell_of
         [N] integer array with values in [0, R*D).
     num_rows
-        R.
+        R, an integer >= 1.
     num_slots
-        D.
+        D, an integer >= 1.
+
+    An integral float (2.0) counts as an integer; a bool or a fractional value of R or D
+    raises :class:`~rp_opt.errors.InputError` naming the field.
     """
 
     cell_of: np.ndarray
@@ -133,8 +153,8 @@ class Layout:
         cell_of = np.asarray(self.cell_of)
         require(cell_of.ndim == 1, "layout", f"cell_of must be 1-D, got shape {cell_of.shape}")
         require(cell_of.dtype.kind in "iu" or cell_of.size == 0, "layout", f"cell_of must be integer, got {cell_of.dtype}")
-        rows, slots = int(self.num_rows), int(self.num_slots)
-        require(rows >= 1 and slots >= 1, "layout", f"shape {rows} x {slots} is empty")
+        rows = integer("layout.num_rows", self.num_rows, low=1)
+        slots = integer("layout.num_slots", self.num_slots, low=1)
         cell_of = cell_of.astype(np.int64)
         bad = np.flatnonzero((cell_of < 0) | (cell_of >= rows * slots))
         if bad.size:

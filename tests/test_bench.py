@@ -178,6 +178,9 @@ def test_plots_skip_without_matplotlib(monkeypatch, tmp_path):
     (["--time-limit", "0"], "--time-limit: must be a finite number > 0 (seconds), got 0.0"),
     (["--time-limit", "inf"], "--time-limit: must be a finite number > 0 (seconds), got inf"),
     (["--workers", "0"], "--workers: must be an integer >= 1, got 0"),
+    (["--threads", "0"], "--threads: must be an integer >= 1, got 0"),
+    (["--threads", "-2"], "--threads: must be an integer >= 1, got -2"),
+    (["--limit", "-1"], "--limit: must be an integer >= 0 (instances; 0 means all), got -1"),
     (["--seeds", "1,x"], "--seeds: must be an integer (each of the comma-separated seeds), got 'x'"),
     (["--seeds", "1,2.5"], "--seeds: must be an integer (each of the comma-separated seeds), got '2.5'"),
 ])
@@ -197,6 +200,24 @@ def test_gap_arguments_follow_the_shared_rules(argv, message, capsys):
     assert capsys.readouterr().err == f"error: {message}\n"
     args = parser.parse_args(["--solvers", "baseline", "--seeds", "3, 4.0"])
     assert [t.spec.seed for t in tasks_from_args(args)] == [3, 4]
+
+
+def test_gap_threads_and_limit_accept_valid_values(capsys):
+    """--threads 2 reaches every task; --limit 1 keeps the first instance, 0 (and none)
+    the whole suite; a non-integer stops at argparse (exit 2, one line)."""
+    import argparse
+
+    from rp_opt.bench.gap import add_arguments, tasks_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, "tiny")
+    every = tasks_from_args(parser.parse_args(["--solvers", "baseline"]))
+    one = tasks_from_args(parser.parse_args(["--solvers", "baseline", "--threads", "2", "--limit", "1"]))
+    assert len(one) == 1 and one[0].threads == 2 and one[0].spec == every[0].spec
+    assert len(tasks_from_args(parser.parse_args(["--solvers", "baseline", "--limit", "0"]))) == len(every) > 1
+    with pytest.raises(SystemExit) as info:
+        load_script("bench_gap").main(["--suite", "tiny", "--limit", "2.5"])
+    assert info.value.code == 2 and "--limit: invalid int value: '2.5'" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------

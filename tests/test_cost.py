@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rp_opt import Layout, Placement, check_plan, cost_bounds, get_objective, layout_costs, score
+from rp_opt import InputError, Layout, Placement, check_plan, cost_bounds, get_objective, layout_costs, score
 from rp_opt.cost import Costs, rank_demand, rank_load
 from rp_opt.packing.baseline import pack
 
@@ -194,3 +194,32 @@ def test_aggregate_bounds_and_gap_split(seed, agg):
         assert min(split["attention"], split["expert"], split["spread"], split["bound_slack"]) >= -1e-9 * value
         assert (split["attention"] + split["expert"] + split["spread"] - split["bound_slack"]
                 == pytest.approx(value - bound, rel=1e-9, abs=1e-9))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), -0.5, True, "1"])
+def test_objective_weights_must_be_finite_and_non_negative(bad):
+    """NaN passed the old `< 0` checks (and inf made every score inf or NaN); the weights
+    of A and X and the level coefficients are read by rp_opt.errors.number."""
+    from rp_opt.cost import Aggregate, Objective, objective_names, register_objective
+
+    with pytest.raises(InputError, match=r"^objective\.attention: must be a finite number >= 0 \(weight of A\)"):
+        Aggregate("sum", "rows", "max", bad, 1.0)
+    with pytest.raises(InputError, match=r"^objective\.expert: must be a finite number >= 0 \(weight of X\)"):
+        Aggregate("sum", "rows", "max", 1.0, bad)
+    good = Aggregate("sum", "rows", "max")
+    with pytest.raises(InputError, match=r"^objective\.levels\[0\]\[1\]: must be a finite number >= 0 "
+                                         r"\(coefficient in objective 'bad'\)"):
+        Objective("bad", (((1.0, good), (bad, good)),))
+    with pytest.raises(InputError, match=r"^objective: must be an Objective"):
+        register_objective("bad")
+    assert "bad" not in objective_names()
+
+
+def test_valid_objective_weights_still_score(hand):
+    from rp_opt.cost import Aggregate, Objective
+
+    agg = Aggregate("max", "shards", "sum", np.float32(1), 0)
+    assert (agg.attention, agg.expert) == (1.0, 0.0) and type(agg.expert) is float
+    objective = Objective("custom-a", (((2, agg), (0.0, Aggregate("sum", "rows", "sum"))),))
+    # sum_r max_g A = 21 + 10 (test_hand_computed_costs), twice
+    assert score(hand, HAND_PLACEMENT, HAND_LAYOUT, objective) == (62.0,)

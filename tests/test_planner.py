@@ -123,6 +123,31 @@ def test_scalar_arguments_follow_the_shared_rules(field, bad, message):
     assert str(info.value) == f"{field}: {message}"
 
 
+@pytest.mark.parametrize("flag", ["warm_start", "fallback", "keep_placement"])
+@pytest.mark.parametrize("bad", ["no", "False", 2, -1, 0.5, None, [True]])
+def test_switches_take_only_true_or_false(flag, bad):
+    """bool(x) made "no" and 2 switch a flag on; the switches now follow
+    rp_opt.errors.switch: one line naming the flag and the value."""
+    cluster = Cluster(dp=2, edp=1, ep=2, capacity=64)
+    with pytest.raises(InputError, match=rf"^{flag}: must be true or false, got "):
+        Planner(cluster, COST, mode="lpt-ffd", **{flag: bad})
+
+
+def test_switches_accept_bools():
+    cluster = Cluster(dp=2, edp=1, ep=2, capacity=64)
+    planner = Planner(cluster, COST, mode="heuristic", warm_start=np.bool_(False), fallback=False,
+                      keep_placement=np.True_)
+    assert (planner.warm_start, planner.fallback, planner.keep_placement) == (False, False, True)
+    assert all(type(v) is bool for v in (planner.warm_start, planner.fallback, planner.keep_placement))
+    planner = Planner(cluster, COST, mode="lpt-ffd", warm_start=True, keep_placement=False)
+    assert planner.warm_start is True and planner.keep_placement is False
+    with pytest.raises(InputError, match=r"^commit: must be true or false, got 'no'$"):
+        planner.plan(routing=routing_of(0), num_experts=8, commit="no")
+    assert planner.step == 0 and planner.current_placement is None  # nothing planned
+    checked(planner.plan(routing=routing_of(0), num_experts=8, commit=np.False_))
+    assert planner.step == 0 and planner.current_placement is None  # not committed
+
+
 def test_integral_floats_count_as_integers():
     """The shared rules take 8.0 as 8 where an integer is asked for (the hand checks did not)."""
     planner = Planner(Cluster(dp=2, edp=1, ep=2, capacity=64), COST, mode="lpt-ffd", time_limit=2,

@@ -167,3 +167,24 @@ def test_chunked_counting_matches(monkeypatch):
     monkeypatch.setattr(rp, "_CHUNK_KEYS", 100)  # 2 samples per chunk
     assert np.array_equal(demand_from_samples(routing, 16).demand, whole)
     assert np.array_equal(demand_from_padded(padded, mask, 16).demand, whole)
+
+
+@pytest.mark.parametrize("field", ["num_layers", "top_k"])
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "2"])
+def test_layers_and_k_are_checked_by_the_shared_rules(field, bad):
+    """L and k are integers >= 1 (or None) in every form: top_k = 0 divided by zero in
+    the counts reader, 1.5 or True were compared with the shapes as they were."""
+    routing, demand = hand_routing()
+    padded = np.stack([routing[0], np.concatenate([routing[1], routing[1], routing[1]])])
+    reads = [lambda v: demand_from_samples(routing, 4, **{field: v}),
+             lambda v: demand_from_counts(demand, **{field: v, "top_k": v if field == "top_k" else 2}),
+             lambda v: replay(routing, num_experts=4, **{field: v}),
+             lambda v: replay(padded, mask=[[1, 1, 1], [1, 0, 0]], num_experts=4, **{field: v}),
+             lambda v: replay(demand, num_experts=4, **{field: v, "top_k": v if field == "top_k" else 2})]
+    if field == "num_layers":
+        reads.append(lambda v: demand_from_padded(padded, [[1, 1, 1], [1, 0, 0]], 4, num_layers=v))
+    for read in reads:
+        with pytest.raises(InputError, match=rf"^{field}: must be an integer >= 1 or None, got "):
+            read(bad)
+        assert read(2.0).demand.tolist() == demand.tolist()  # L = k = 2 here; 2.0 counts as 2
+    assert demand_from_counts(demand, top_k=np.int64(2)).lengths.tolist() == [3, 1]

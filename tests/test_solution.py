@@ -49,3 +49,30 @@ def test_cluster_validation():
         Cluster(8, 2, 4, -1)
     with pytest.raises(InputError, match="cluster.max_samples_per_cell"):
         Cluster(8, 2, 4, 100, 0)
+
+
+@pytest.mark.parametrize("field, make", [
+    ("layout.num_rows", lambda bad: Layout(np.array([0, 1]), bad, 2)),
+    ("layout.num_slots", lambda bad: Layout(np.array([0, 1]), 1, bad)),
+    ("placement.num_ranks", lambda bad: Placement(np.array([[0, 1]]), bad)),
+    ("placement.num_ranks", lambda bad: Placement.identity(1, 2, bad)),
+])
+@pytest.mark.parametrize("bad", [2.5, True, np.bool_(True), 0, "2", None])
+def test_shape_counts_follow_the_shared_rules(field, make, bad):
+    """R, D and P are read by rp_opt.errors.integer: a fraction is not truncated and a bool
+    is not 1 (int() took 2.5 as 2 and True as 1); one line naming the field."""
+    with pytest.raises(InputError, match=rf"^{field}: must be an integer >= 1, got "):
+        make(bad)
+
+
+def test_integral_float_shape_counts_are_integers():
+    """2.0 counts as 2 (the shared rule); the stored counts are ints."""
+    layout = Layout(np.array([0, 1, 3]), 2.0, np.int64(2))
+    assert (layout.num_rows, layout.num_slots) == (2, 2) and type(layout.num_rows) is int
+    placement = Placement(np.array([[0, 1, 1, 0]]), 2.0)
+    assert placement.num_ranks == 2 and type(placement.num_ranks) is int
+    assert Placement.identity(1.0, 4.0, 2.0).ranks.tolist() == [[0, 0, 1, 1]]
+    with pytest.raises(InputError, match=r"^placement\.num_experts: must be an integer >= 0, got 4\.5$"):
+        Placement.identity(1, 4.5, 2)
+    with pytest.raises(InputError, match="P=3 does not divide E=2"):
+        Placement.identity(1, 2, 3)

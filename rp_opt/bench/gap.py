@@ -33,14 +33,17 @@ def add_arguments(parser: argparse.ArgumentParser, default_suite: str = "small")
     parser.add_argument("--workers", type=int, default=1, help="local processes")
     parser.add_argument("--threads", type=int, default=1, help="threads per solver run (CP-SAT workers, annealing processes)")
     parser.add_argument("--ray", metavar="ADDRESS", default=None, help="run on Ray ('local' or a cluster address)")
-    parser.add_argument("--limit", type=int, default=None, help="only the first LIMIT instances of the suite")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="only the first LIMIT instances of the suite (>= 0; 0 means all, the default)")
 
 
 def tasks_from_args(args) -> list[Task]:
     """The tasks of ``args`` (suite x solvers), after checking every argument.
 
-    ``--time-limit`` and ``--workers`` are checked by :mod:`rp_opt.errors` and stored back
-    in ``args`` as float and int (the script's parser gives them unchecked).
+    ``--time-limit``, ``--workers``, ``--threads`` (integers >= 1) and ``--limit`` (an
+    integer >= 0 or None; 0 and None mean the whole suite, as for ``rp-opt bench``) are
+    checked by :mod:`rp_opt.errors` and stored back in ``args`` as float and ints (the
+    script's parser gives them unchecked).
 
     Raises
     ------
@@ -49,6 +52,9 @@ def tasks_from_args(args) -> list[Task]:
     """
     args.time_limit = number("--time-limit", args.time_limit, above=0, hint="seconds")
     args.workers = integer("--workers", args.workers, low=1)
+    args.threads = integer("--threads", args.threads, low=1)
+    if args.limit is not None:
+        args.limit = integer("--limit", args.limit, low=0, hint="instances; 0 means all")
     seeds = None
     if args.seeds:
         seeds = [integer("--seeds", s, text=True, hint="each of the comma-separated seeds")
