@@ -182,6 +182,15 @@ def test_canonical_layout_meets_chains_and_keeps_score(seed, shape, objective):
     canon = canonical_layout(layout, G, mode)
     assert satisfies_chains(canon, symmetry_chains(packing_data(inst, place, R), mode))
     assert_lex_close(score(inst, place, canon, objective), score(inst, place, layout, objective), rel=1e-12)
+    # with the shard columns fixed (the row search's models with fixed rows): the chains
+    # without a shard order hold, and (except in 'rows' mode, whose aggregates reduce each
+    # row's shards first) every sample stays in its shard column
+    fixed = canonical_layout(layout, G, mode, fixed_shards=True)
+    assert satisfies_chains(fixed, symmetry_chains(packing_data(inst, place, R), mode, fixed_shards=True))
+    k = D // G
+    if mode != "rows":
+        assert np.array_equal(fixed.cell_of % D // k, layout.cell_of % D // k)
+    assert_lex_close(score(inst, place, fixed, objective), score(inst, place, layout, objective), rel=1e-12)
 
 
 def test_heaviest_first_numbering():

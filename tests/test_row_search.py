@@ -56,17 +56,20 @@ def _pair_can_improve(inst, place, layout, rows, objective) -> bool:
     return False
 
 
-@pytest.mark.parametrize("objective, G", [("sync", 2), ("sync", 1)])
+@pytest.mark.parametrize("objective, G", [("sync", 2), ("sync", 1), ("shard", 2), ("weighted", 2)])
 def test_search_ends_in_a_row_pair_optimum(objective, G):
     """From the greedy layout of a 3-row window the search keeps only improvements, ends
-    when no pair of rows improves, and then brute force finds no better layout of any pair."""
+    when no pair of rows improves, and then brute force finds no better layout of any pair.
+    With shard and weighted (rows coupled) the two-row models count the third row as
+    constants; brute force scores the whole window."""
     inst = make_window(9, D=2, G=G, C=50, seed=1)
     place = default_placement(inst)
     start = greedy_layout(packing_data(inst, place, 3))
     obj = get_objective(objective)
 
-    def solve(sub, sub_start, seconds):
-        return _two_row_layout(sub, place, obj, sub_start, seconds, 0, "cpsat", None, None, True, True)
+    def solve(sub, sub_start, seconds, fixed):
+        assert (fixed is None) is rows_separable(obj.levels[0], G)
+        return _two_row_layout(sub, place, obj, sub_start, seconds, fixed, 0, "cpsat", None, None, True, True)
 
     layout, stats = row_pair_search(inst, place, start, obj, 60.0, solve)
     assert stats.stopped == "every pair of rows solved without a gain"
@@ -78,18 +81,19 @@ def test_search_ends_in_a_row_pair_optimum(objective, G):
         assert not _pair_can_improve(inst, place, layout, rows, obj)
 
 
-def test_solve_packing_runs_the_search_where_level_one_adds_up_rows():
-    """sync on a 3-row window with G = 2: the search runs and the optimum is the one found
-    without it; shard (rows coupled), R = 2, G = 1 or row_search=False: it does not run."""
+@pytest.mark.parametrize("objective", ["sync", "shard"])
+def test_solve_packing_runs_the_search_with_two_shards_and_three_rows(objective):
+    """A 3-row window with G = 2: the search runs (shard: with the third row as constants)
+    and the optimum is the one found without it; R = 2, G = 1 or row_search=False: it does
+    not run."""
     inst = make_window(12, D=2, G=2, C=50, seed=1)
     place = default_placement(inst)
-    with_search = solve_packing(inst, place, 3, objective="sync", time_limit=30)
-    without = solve_packing(inst, place, 3, objective="sync", time_limit=30, row_search=False)
+    with_search = solve_packing(inst, place, 3, objective=objective, time_limit=30)
+    without = solve_packing(inst, place, 3, objective=objective, time_limit=30, row_search=False)
     assert with_search.status == without.status == "optimal"
-    assert "row_search" in with_search.stats and "row_search" not in without.stats
+    assert with_search.stats["row_search"]["solves"] >= 1 and "row_search" not in without.stats
     checked(inst, with_search, num_rows=3)
     assert_lex_close(with_search.score, without.score)
-    assert "row_search" not in solve_packing(inst, place, 3, objective="shard", time_limit=5).stats
     assert "row_search" not in solve_packing(inst, place, 2, objective="sync", time_limit=5).stats
     one_shard = make_window(12, D=2, G=1, C=50, seed=1)
     assert "row_search" not in solve_packing(one_shard, default_placement(one_shard), 3, time_limit=5).stats
@@ -127,3 +131,28 @@ def test_time_left_goes_to_the_heuristic_when_the_model_stops_fitting(monkeypatc
     assert len(calls) == 3 and res.stats["model"].startswith("not built")
     assert res.seconds >= 2.0  # before: the solve returned the start right after the second check
     checked(inst, res, num_rows=3)
+
+
+@pytest.mark.parametrize("objective", ["shard", "weighted", "sync"])
+def test_two_row_model_with_fixed_rows_minimises_the_whole_window(objective):
+    """The two-row CP-SAT model with the third row as constants returns, proven, a layout of
+    the pair whose whole-window score no layout of the pair beats (brute force over every
+    layout of the pair; the third row kept)."""
+    from rp_opt.packing.exact.row_search import context
+
+    inst = make_window(8, D=2, G=2, C=50, seed=3)
+    place = default_placement(inst)
+    start = greedy_layout(packing_data(inst, place, 3))
+    obj = get_objective(objective)
+    rows = (0, 2)
+    samples, sub_start = two_rows(start, rows)
+    from rp_opt.packing.exact.common import renumbered
+
+    fixed = context(inst, place, start, rows)
+    assert fixed[0].shape == fixed[1].shape == (1, 2)
+    sub, proven = _two_row_layout(renumbered(inst, samples), place, obj, sub_start, 30.0, fixed, 0, "cpsat", None,
+                                  None, True, True)
+    assert proven
+    best = put_back(start, rows, samples, sub)
+    assert layout_valid(packing_data(inst, place, 3), best)
+    assert not _pair_can_improve(inst, place, best, rows, obj)

@@ -46,7 +46,7 @@ from ...window import Instance
 from .common import (Budget, PackingData, build_seconds, canonical_layout, greedy_layout, heaviest_first,
                      layout_valid, lex_better, packing_data, renumbered, symmetry_mode, too_big)
 from .cpsat_model import PROOF_SUBSOLVERS, SolveOutcome
-from .row_search import row_pair_search, rows_separable
+from .row_search import row_pair_search
 
 # share of the time left after the start that the row-pair search may take (it ends
 # earlier when no pair of rows improves)
@@ -220,10 +220,10 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         samples fractional in its optimum are made binary and it is solved again); the
         bound is reported, and proves level 1 when it meets the plan's value.
     row_search
-        CP-SAT, R >= 3, G >= 2 and level 1 a sum over rows (:func:`.row_search.rows_separable`,
-        e.g. ``sync``): before the model, improve the start by solving pairs of rows
-        exactly (:func:`.row_search.row_pair_search`, at most :data:`ROW_SEARCH_SHARE` of
-        the time left, less when no pair improves).
+        CP-SAT, R >= 3 and G >= 2: before the model, improve the start by solving pairs of
+        rows exactly (:func:`.row_search.row_pair_search`, at most :data:`ROW_SEARCH_SHARE`
+        of the time left, less when no pair improves). When level 1 is not a sum over rows
+        (``shard``), the two-row models count the other rows as constants.
     mip_start
         HiGHS only: pass ``start`` as a MIP start (HiGHS then runs without presolve, see
         :mod:`.pyomo_model` for the HiGHS 1.16 bug this avoids); CP-SAT always gets hints.
@@ -286,15 +286,31 @@ def _coefficients(instance: Instance) -> int:
     return instance.window.num_samples * instance.window.num_layers * instance.cluster.ep
 
 
-def _two_row_layout(sub: Instance, placement: Placement, obj, start: Layout, seconds: float, seed, backend, workers,
-                    subsolvers, symmetry, tighten) -> tuple[Layout | None, bool]:
+def _two_row_layout(sub: Instance, placement: Placement, obj, start: Layout, seconds: float, fixed, seed, backend,
+                    workers, subsolvers, symmetry, tighten) -> tuple[Layout | None, bool]:
     """The exact solve of one two-row sub-window for :func:`.row_search.row_pair_search`
     (warm-started by ``start``; no heuristic start, relaxation or row search of its own):
-    its layout and whether it is proven optimal."""
-    res = solve_packing(sub, placement, 2, objective=obj, time_limit=seconds, seed=seed, start=start, backend=backend,
-                        symmetry=symmetry, tighten=tighten, workers=workers, subsolvers=subsolvers,
-                        heuristic_start=False, relax_bound=False, row_search=False)
-    return (res.plan.layout if res.plan is not None else None), res.status == OPTIMAL
+    its layout and whether it is proven optimal. ``fixed``: None, or the other rows'
+    :func:`.row_search.context`, which the CP-SAT model then counts as constants."""
+    if fixed is None:
+        res = solve_packing(sub, placement, 2, objective=obj, time_limit=seconds, seed=seed, start=start,
+                            backend=backend, symmetry=symmetry, tighten=tighten, workers=workers,
+                            subsolvers=subsolvers, heuristic_start=False, relax_bound=False, row_search=False)
+        return (res.plan.layout if res.plan is not None else None), res.status == OPTIMAL
+    from .cpsat_model import CpsatPacking
+
+    t0 = time.perf_counter()
+    data = packing_data(sub, placement, 2)
+    mode = symmetry_mode(obj) if symmetry else None
+    eq4 = rank_load(sub.window, placement).max(axis=1) if tighten else None
+    builder = CpsatPacking(data, obj, mode, tighten=tighten, eq4=eq4, context=fixed)
+    if mode:
+        start = canonical_layout(start, data.num_shards, mode, fixed_shards=True)
+    out = builder.solve(Budget(seconds - (time.perf_counter() - t0)), seed=seed, workers=workers,
+                        subsolvers=subsolvers, start=start)
+    proven = bool(out.levels) and len(out.levels) == len(obj.levels) and \
+        all(level.status == "optimal" for level in out.levels)
+    return out.layout, proven
 
 
 def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj, time_limit, seed, start, backend,
@@ -330,13 +346,12 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
                 stats["start"] = "heuristic"
     else:
         stats["start"] = "warm_start"
-    if (row_search and backend == "cpsat" and start is not None and num_rows >= 3 and data.num_shards >= 2
-            and rows_separable(obj.levels[0], data.num_shards)):
-        # level 1 adds up rows: re-solve pairs of rows exactly before the whole model runs
-        # (a better incumbent also lets CP-SAT prune more; see .row_search). Not with one
-        # shard: there CP-SAT's own search finds layouts as good, and its bound needs the
-        # time (N = 64, G = 1 windows of scripts/bench_exact.py, seeds 0-2: gap 0.99 /
-        # 0.10 / 0.76 % with the search, 0.55 / 0.12 / 0.37 % without)
+    if row_search and backend == "cpsat" and start is not None and num_rows >= 3 and data.num_shards >= 2:
+        # re-solve pairs of rows exactly before the whole model runs (a better incumbent
+        # also lets CP-SAT prune more; see .row_search). Not with one shard: there CP-SAT's
+        # own search finds layouts as good, and its bound needs the time (N = 64, G = 1
+        # windows of scripts/bench_exact.py, seeds 0-2: gap 0.99 / 0.10 / 0.76 % with the
+        # search, 0.55 / 0.12 / 0.37 % without)
         left = float(time_limit) - (time.perf_counter() - t0)
         # without a model it may take what is left; with one, never so much that the model
         # no longer fits (too_big: the build takes at most half of the time left)
@@ -344,8 +359,9 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
         if seconds >= 0.5:
             start, found = row_pair_search(
                 instance, placement, start, obj, seconds,
-                lambda sub, sub_start, limit: _two_row_layout(sub, placement, obj, sub_start, limit, seed, backend,
-                                                              workers, subsolvers, symmetry, tighten),
+                lambda sub, sub_start, limit, fixed: _two_row_layout(sub, placement, obj, sub_start, limit, fixed,
+                                                                     seed, backend, workers, subsolvers, symmetry,
+                                                                     tighten),
                 seed=seed)
             stats["row_search"] = found.to_dict()
         else:

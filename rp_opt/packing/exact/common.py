@@ -215,8 +215,14 @@ class Chains:
     min_sample: np.ndarray
 
 
-def symmetry_chains(data: PackingData, mode: str) -> Chains:
+def symmetry_chains(data: PackingData, mode: str, fixed_shards: bool = False) -> Chains:
     """The symmetry-breaking chains of ``mode`` (see the module docstring).
+
+    ``fixed_shards``: the shard columns may not be permuted as a whole (a sub-window whose
+    objective also counts fixed rows of the whole window, column by column: the row search
+    for objectives that are not sums over rows), so no chain orders them. ``rows`` mode
+    keeps its per-row shard chains: its aggregates reduce each row's shards first, so the
+    fixed rows do not care how the shards of another row are ordered.
 
     * every block (r, g): its k cells in slot order (slots inside a shard);
     * ``rows``: in every row, the leading cells (r, g*k) of its blocks in shard order;
@@ -245,12 +251,12 @@ def symmetry_chains(data: PackingData, mode: str) -> Chains:
         for g in range(G):
             if R > 1:
                 chains.append([(data.cell(r, g * k),) for r in range(R)])
-        if G > 1:
+        if G > 1 and not fixed_shards:
             chains.append([(data.cell(0, g * k),) for g in range(G)])
     elif mode == "grid":
         if R > 1:
             chains.append([tuple(data.cell(r, d) for d in range(D)) for r in range(R)])
-        if G > 1:
+        if G > 1 and not fixed_shards:
             chains.append([tuple(c for r in range(R) for c in data.block_cells(r, g)) for g in range(G)])
     else:
         raise ValueError(f"unknown symmetry mode {mode!r}")
@@ -272,9 +278,10 @@ def symmetry_chains(data: PackingData, mode: str) -> Chains:
     return Chains(chains, depth)
 
 
-def canonical_layout(layout: Layout, num_shards: int, mode: str) -> Layout:
+def canonical_layout(layout: Layout, num_shards: int, mode: str, fixed_shards: bool = False) -> Layout:
     """The layout equivalent to ``layout`` (same score under any objective of ``mode``)
-    that satisfies every chain of :func:`symmetry_chains`."""
+    that satisfies every chain of :func:`symmetry_chains` (with the same ``fixed_shards``:
+    then the shard columns keep their order)."""
     R, D = layout.num_rows, layout.num_slots
     G = num_shards
     k = D // G
@@ -296,11 +303,13 @@ def canonical_layout(layout: Layout, num_shards: int, mode: str) -> Layout:
         order = np.argsort(block_rep, axis=0, kind="stable")
         cells = np.take_along_axis(cells, order[:, :, None], axis=0)
         block_rep = np.take_along_axis(block_rep, order, axis=0)
-        cells = cells[:, np.argsort(block_rep[0], kind="stable")]
+        if not fixed_shards:
+            cells = cells[:, np.argsort(block_rep[0], kind="stable")]
     else:
         cells = cells[np.argsort(block_rep.min(axis=1), kind="stable")]
         block_rep = block_rep[np.argsort(block_rep.min(axis=1), kind="stable")]
-        cells = cells[:, np.argsort(block_rep.min(axis=0), kind="stable")]
+        if not fixed_shards:
+            cells = cells[:, np.argsort(block_rep.min(axis=0), kind="stable")]
     new_of_old = np.empty(R * D, dtype=np.int64)
     new_of_old[cells.reshape(-1)] = np.arange(R * D)
     return Layout(new_of_old[layout.cell_of], R, D)

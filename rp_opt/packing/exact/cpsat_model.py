@@ -95,10 +95,19 @@ class CpsatPacking:
     tighten
         Add Eq. 4, the average bounds and the single-sample bounds as constraints on the
         epigraph variables.
+    context
+        ``(attention, expert_tokens)``, each [R', G]: rows of a larger window that stay
+        fixed (A in cost units, and sum_l max_p W in tokens, of each of their blocks). The
+        objective is then that of the larger window, with these rows as constants after
+        the model's R rows; the shard columns keep their order (no chain sorts them). For
+        :func:`.row_search.row_pair_search` with objectives that are not sums over rows.
+        The rounding margins stay those of the model's own data: the search keeps a
+        result only when the whole window's exact score is better.
     """
 
     def __init__(self, data: PackingData, objective: Objective, mode: str | None, *, expert_hook=None,
-                 demand_cap: float | None = None, tighten: bool = True, eq4: np.ndarray | None = None):
+                 demand_cap: float | None = None, tighten: bool = True, eq4: np.ndarray | None = None,
+                 context: tuple[np.ndarray, np.ndarray] | None = None):
         self.data = data
         self.objective = objective
         self.model = m = cp_model.CpModel()
@@ -106,7 +115,7 @@ class CpsatPacking:
         if demand_cap is None:
             demand_cap = float(data.demand.max(axis=2).sum()) if data.demand is not None else 0.0
         self.scale = sc = integer_scale(data, demand_cap)
-        self.chains = symmetry_chains(data, mode) if mode else None
+        self.chains = symmetry_chains(data, mode, fixed_shards=context is not None) if mode else None
         low = self.chains.min_sample if self.chains else np.zeros(data.num_cells, dtype=np.int64)
 
         # y[i,c] = 1 when sample i is in cell c (not created where symmetry fixes it to 0)
@@ -212,8 +221,16 @@ class CpsatPacking:
                   for r in range(R)]
         # j_max >= every entry A_int, X_int of a layout's true costs (epigraphs on their terms)
         j_max = sc.att_mult * int(sc.att_int.sum()) + sc.gamma_int * int(demand_cap + 1)
+        # fixed rows of a larger window: integer constants in this model's scale
+        self.context_A, self.context_X = [], []
+        if context is not None:
+            attention, tokens = (np.asarray(part) for part in context)
+            self.context_A = np.rint(attention * sc.K).astype(np.int64).tolist()
+            self.context_X = (sc.gamma_int * np.rint(tokens).astype(np.int64)).tolist()
+            if attention.size:
+                j_max = max(j_max, max(map(max, self.context_A)), max(map(max, self.context_X)))
         self._ub = j_max
-        self.level_keys = [level_key(level, R, G) for level in objective.levels]
+        self.level_keys = [level_key(level, R + len(self.context_A), G) for level in objective.levels]
         self.levels = [self._level(level) for level in objective.levels]
 
     def block(self, r: int, g: int):
@@ -241,13 +258,15 @@ class CpsatPacking:
     # -- one level: sum_k c_k Aggregate_k, linearised generically ---------------------------
     def _level(self, level):
         data, sc, m = self.data, self.scale, self.model
-        R, G = data.num_rows, data.num_shards
+        G = data.num_shards
+        R = data.num_rows + len(self.context_A)  # the fixed rows of a larger window count too
         parts, fracs, error, uppers = [], [], 0.0, []
         for coef, agg in level:
             fa, fx = rational(agg.attention), rational(agg.expert)
             den = _lcm([fa.denominator, fx.denominator])
             qa, qx = int(fa * den), int(fx * den)
-            matrix = [[qa * self.A[r][g] + qx * self.X[r][g] for g in range(G)] for r in range(R)]
+            matrix = [[qa * A[g] + qx * X[g] for g in range(G)]
+                      for A, X in zip(self.A + self.context_A, self.X + self.context_X)]
             ub = (qa + qx) * self._ub * R * G
 
             def new_max(terms, name, ub=ub):

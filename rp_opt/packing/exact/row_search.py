@@ -1,11 +1,15 @@
-"""Large-neighbourhood search over pairs of rows, for objectives whose level 1 adds up rows.
+"""Large-neighbourhood search over pairs of rows: re-solve the samples of two rows exactly,
+the other rows held.
 
 When level 1 is a sum over rows of a function of each row alone (``sync``: sum_r max_g
 J[r,g]; ``sum J``; any objective when G = 1), the rows contribute independently. Take
 two rows, and solve their samples exactly as a two-row window of their own (same cluster,
 placement and objective): the other rows keep their cells, so level 1 changes by exactly
 the sub-window's change, and the sub-window's later levels (its sum J, ...) steer ties as
-the whole window's do. The result is kept when the whole window's score is better.
+the whole window's do. Other objectives (``shard``: max_g sum_r J[r,g]) couple the rows:
+the two-row model then carries the other rows' A and X as constants (:func:`context`,
+``CpsatPacking(context=...)``) and minimises the whole window's objective. Either way a
+result is kept only when the whole window's score is better.
 :func:`rp_opt.packing.exact.solve_packing` runs it before the model with G >= 2 only (with
 one shard CP-SAT's own search does as well, and its bound needs the time).
 
@@ -81,6 +85,18 @@ def two_rows(layout: Layout, rows: tuple[int, int]) -> tuple[np.ndarray, Layout]
     return samples, Layout(np.where(cells // D == rows[0], 0, 1) * D + cells % D, 2, D)
 
 
+def context(instance: Instance, placement: Placement, layout: Layout, rows: tuple[int, int]):
+    """(attention, expert_tokens), each [R - 2, G]: A of every block of the rows other than
+    ``rows`` (cost units) and sum_l max_p W of it (tokens), in row order; the constants of
+    ``CpsatPacking(context=...)``."""
+    from ...cost import layout_costs
+
+    others = np.setdiff1d(np.arange(layout.num_rows), rows)
+    costs = layout_costs(instance, placement, layout)
+    # W holds integer token counts (as floats): sum_l max_p W of every block
+    return costs.attention[others], np.rint(costs.rank_load.max(axis=3).sum(axis=2)[others]).astype(np.int64)
+
+
 def put_back(layout: Layout, rows: tuple[int, int], samples: np.ndarray, sub: Layout) -> Layout:
     """``layout`` with ``samples`` laid out as ``sub`` (a two-row layout) in ``rows``."""
     D = layout.num_slots
@@ -90,7 +106,7 @@ def put_back(layout: Layout, rows: tuple[int, int], samples: np.ndarray, sub: La
 
 
 def row_pair_search(instance: Instance, placement: Placement, layout: Layout, objective: Objective,
-                    seconds: float, solve: Callable[[Instance, Layout, float], tuple[Layout | None, bool]], *,
+                    seconds: float, solve: Callable[..., tuple[Layout | None, bool]], *,
                     seed: int = 0) -> tuple[Layout, RowSearchStats]:
     """Improve ``layout`` by re-solving pairs of rows for ``seconds`` at most.
 
@@ -99,13 +115,15 @@ def row_pair_search(instance: Instance, placement: Placement, layout: Layout, ob
     instance, placement, layout
         The window, its fixed placement and a valid layout to improve.
     objective
-        The objective; its level 1 must be :func:`rows_separable`.
+        The objective.
     seconds
         Wall-clock limit of the whole search.
     solve
-        ``solve(sub_window, start, seconds) -> (Layout or None, proven)``: an exact two-row
-        solve (:func:`rp_opt.packing.exact.solve_packing` with R = 2, warm-started by
-        ``start``) and whether its layout is proven optimal.
+        ``solve(sub_window, start, seconds, fixed) -> (Layout or None, proven)``: an exact
+        two-row solve warm-started by ``start``, and whether its layout is proven optimal.
+        ``fixed`` is None when level 1 is :func:`rows_separable` (the sub-window is a
+        window of its own: :func:`rp_opt.packing.exact.solve_packing` with R = 2), else the
+        other rows' :func:`context`, which the solve must count as the whole window does.
     seed
         Order in which the pairs are tried.
 
@@ -124,6 +142,7 @@ def row_pair_search(instance: Instance, placement: Placement, layout: Layout, ob
     pairs = list(itertools.combinations(range(layout.num_rows), 2))
     tried: set = set()
     rng = np.random.default_rng(seed)
+    separable = rows_separable(objective.levels[0], instance.cluster.edp)
     while True:
         left = seconds - (time.perf_counter() - t0)
         todo = [p for p in pairs if p not in tried]
@@ -135,7 +154,8 @@ def row_pair_search(instance: Instance, placement: Placement, layout: Layout, ob
             break
         rows = todo[int(rng.integers(len(todo)))]
         samples, start = two_rows(layout, rows)
-        sub, proven = solve(renumbered(instance, samples), start, min(SOLVE_SECONDS, left))
+        fixed = None if separable else context(instance, placement, layout, rows)
+        sub, proven = solve(renumbered(instance, samples), start, min(SOLVE_SECONDS, left), fixed)
         stats.solves += 1
         tried.add(rows)
         if sub is None:
