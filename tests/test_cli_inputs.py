@@ -59,6 +59,26 @@ def test_output_path_checked_before_any_work(files, capsys, command, tmp_path):
     _bad(capsys, args + ["-o", str(tmp_path)], "-o:", str(tmp_path), "is a directory")
 
 
+@pytest.mark.parametrize("command", ["gen", "plan", "place", "calibrate"])
+def test_every_written_file_is_reported_as_output(files, capsys, command):
+    """gen, plan, place and calibrate report the file they wrote under one key, ``output``
+    (null without -o, which only gen requires), so a script reads it the same way from
+    every command."""
+    rows = len(_plan_data(files)["rows"])
+    timings = _write(files, "times.json", _timings(files, [[1.0, 2.0]] * rows))
+    args = {"plan": ["plan", files["w16"], "--solver", "baseline"],
+            "place": ["place", files["w16"], "--method", "lpt"],
+            "gen": GEN,
+            "calibrate": ["calibrate", timings, "--window", files["w16"]]}[command]
+    target = str(files["root"] / f"written-{command}.{'npz' if command == 'gen' else 'json'}")
+    assert main(args + ["--json", "-o", target]) == 0
+    assert json.loads(capsys.readouterr().out)["output"] == target
+    if command != "gen":  # gen always writes: -o is required
+        assert main(args + ["--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["output"] is None and "write_error" not in data
+
+
 def test_export_output_checked_up_front(files, capsys, tmp_path):
     _bad(capsys, ["export", files["w16"], files["plan"], "-o", str(tmp_path / "nodir" / "x")], "-o:", "does not exist")
 
@@ -74,7 +94,7 @@ def test_write_failure_after_solving_still_prints_the_result(files, capsys, monk
     assert main(["plan", files["w16"], "--json", "-o", out]) == 2
     captured = capsys.readouterr()
     data = json.loads(captured.out)
-    assert data["valid"] is True and "plan_file" not in data
+    assert data["valid"] is True and data["output"] is None
     assert "No space left on device" in data["write_error"]
     assert [line for line in captured.err.splitlines() if line.startswith("error:")] == [
         f"error: {data['write_error']}"]

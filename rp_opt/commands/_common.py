@@ -181,6 +181,17 @@ def write_output(save, path: str, *what, flag: str = "-o") -> str | None:
     return None
 
 
+def write_reported(out: dict, save, path: str | None, *what, flag: str = "-o") -> str | None:
+    """:func:`write_output` when ``path`` is given, recorded in the command's summary the
+    same way by every command: ``out["output"]`` is the path written, or None (no path
+    asked for, or writing failed: then ``out["write_error"]`` says why). Returns the error."""
+    error = write_output(save, path, *what, flag=flag) if path else None
+    out["output"] = None if error or not path else path
+    if error:
+        out["write_error"] = error
+    return error
+
+
 def add_json(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON summary on stdout instead of tables")
 

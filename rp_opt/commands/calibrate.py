@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._common import add_json, check_output, emit_json, open_instance, table, write_output
+from ._common import add_json, check_output, emit_json, open_instance, table, write_reported
 
 
 def register(sub) -> None:
@@ -23,12 +23,9 @@ def run(args) -> int:
     window = open_instance(args.window)[0] if args.window else None
     runs = load_timings(args.timings, window)
     fit = fit_cost(runs, window.cost if window is not None else None)
-    write_error = write_output(save_cost, args.output, fit.cost) if args.output else None
     out = fit.to_dict()
     out["runs"] = len(runs)
-    out["output"] = None if write_error else args.output
-    if write_error:
-        out["write_error"] = write_error
+    write_error = write_reported(out, save_cost, args.output, fit.cost)
     if args.json:
         emit_json(out)
     else:

@@ -6,7 +6,7 @@ import time
 
 from ..io import save_instance
 from ..synth import SAMPLES_PER_CHUNK, generate
-from ._common import Progress, add_json, check_output, emit_json, seed_arg, write_output
+from ._common import Progress, add_json, check_output, emit_json, seed_arg, write_reported
 
 
 def register(sub) -> None:
@@ -40,13 +40,12 @@ def run(args) -> int:
                         seed=args.seed, max_samples_per_cell=args.max_samples_per_cell, skew=args.skew,
                         group_size=args.group_size, drift_steps=args.drift_steps,
                         progress=lambda done, total: bar.step(f"{done}/{total} samples"))
-    write_error = write_output(save_instance, args.output, instance)
+    info: dict = {}
+    write_error = write_reported(info, save_instance, args.output, instance)
     w = instance.window
-    info = {"file": None if write_error else args.output, "model": instance.model, "samples": w.num_samples,
-            "layers": w.num_layers, "experts": w.num_experts, "top_k": w.top_k, "tokens": int(w.lengths.sum()),
-            "max_length": int(w.lengths.max()), "seconds": time.perf_counter() - start}
-    if write_error:
-        info["write_error"] = write_error
+    info.update(model=instance.model, samples=w.num_samples, layers=w.num_layers, experts=w.num_experts,
+                top_k=w.top_k, tokens=int(w.lengths.sum()), max_length=int(w.lengths.max()),
+                seconds=time.perf_counter() - start)
     if args.json:
         emit_json(info)
     else:

@@ -12,7 +12,7 @@ from ..errors import InputError, require
 from ..io import placement_from_list, read_json
 from ..solution import Layout, Placement
 from ._common import (Progress, add_json, check_output, emit_json, int_arg, number_arg, open_instance,
-                      require_same_window, seconds_arg, table, write_output)
+                      require_same_window, seconds_arg, table, write_reported)
 
 log = logging.getLogger("rp_opt")
 
@@ -154,8 +154,9 @@ def run(args) -> int:
             layout = _baseline_layout(instance)
         plan = Plan(placement, layout, "sync", score(instance, placement, layout, "sync"),
                     {"placement_method": args.method, "placement_objective": objective.name})
-        write_error = write_output(save_plan, args.output, plan)
-        out["write_error" if write_error else "plan_file"] = write_error or args.output
+        write_reported(out, save_plan, args.output, plan)
+    else:
+        out["output"] = None
 
     if args.json:
         emit_json(out)
@@ -177,6 +178,6 @@ def run(args) -> int:
     m = migration.summary()
     print(f"migration: {m['transfers']} experts move, {m['kept']} stay; {m['rounds']} rounds "
           f"(each rank sends <= 1, receives <= 1); {m['total_bytes']} bytes per shard")
-    if out.get("plan_file"):
+    if out.get("output"):
         print(f"plan written to {args.output}")
     return 2 if out.get("write_error") else 0

@@ -8,7 +8,7 @@ from ..check import check
 from ..io import save_plan
 from ..solvers import get_solver
 from ._common import (add_cost, add_json, check_output, emit_json, load_plan_for, open_instance, seconds_arg, seed_arg,
-                      table, write_output)
+                      table, write_reported)
 
 log = logging.getLogger("rp_opt")
 
@@ -92,9 +92,8 @@ def run(args) -> int:
         out["valid"] = report.valid
         if not report.valid:
             out["violations"] = report.violations
-        if args.output:
-            write_error = write_output(save_plan, args.output, result.plan)
-            out["write_error" if write_error else "plan_file"] = write_error or args.output
+    # the plan file, when asked for and there is a plan (out["output"], out["write_error"])
+    write_reported(out, save_plan, args.output if result.plan is not None else None, result.plan)
     if args.json:
         emit_json(out)
     else:
@@ -105,7 +104,7 @@ def run(args) -> int:
         extra += [[f"gap: {k}", f"{100 * v:.4f} %"] for k, v in (stats.get("gap_split") or {}).items()]
         if extra:
             print(table(["stat", "value"], extra))
-        if out.get("plan_file"):
+        if out["output"]:
             print(f"plan written to {args.output}")
     if out.get("write_error"):
         return 2
