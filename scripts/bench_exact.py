@@ -171,7 +171,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", nargs="*", default=["16:1:sync:cpsat:1", "16:2:shard:cpsat:1", "24:1:sync:cpsat:1",
                                                    "24:2:sync:cpsat:1", "24:2:shard:cpsat:1", "24:1:sync:highs:1",
-                                                   "32:1:sync:cpsat:1", "64:2:sync:cpsat:1"])
+                                                   "32:1:sync:cpsat:1", "64:2:sync:cpsat:1", "64:2:shard:cpsat:1"])
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=None,
