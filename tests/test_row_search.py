@@ -11,7 +11,7 @@ import itertools
 import numpy as np
 import pytest
 
-from rp_opt.cost import get_objective, score
+from rp_opt.cost import get_objective, layout_costs, score
 from rp_opt.packing.exact import _two_row_layout, default_placement, solve_packing
 from rp_opt.packing.exact.common import greedy_layout, layout_valid, lex_better, packing_data
 from rp_opt.packing.exact.row_search import put_back, row_pair_search, rows_separable, two_rows
@@ -148,7 +148,7 @@ def test_two_row_model_with_fixed_rows_minimises_the_whole_window(objective):
     samples, sub_start = two_rows(start, rows)
     from rp_opt.packing.exact.common import renumbered
 
-    fixed = context(inst, place, start, rows)
+    fixed = context(layout_costs(inst, place, start), rows)
     assert fixed[0].shape == fixed[1].shape == (1, 2)
     sub, proven = _two_row_layout(renumbered(inst, samples), place, obj, sub_start, 30.0, fixed, 0, "cpsat", None,
                                   None, True, True)

@@ -31,7 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from ...cost import Objective, score
+from ...cost import Costs, Objective, layout_costs
 from ...solution import Layout, Placement
 from ...window import Instance
 from .common import lex_better, renumbered
@@ -85,14 +85,11 @@ def two_rows(layout: Layout, rows: tuple[int, int]) -> tuple[np.ndarray, Layout]
     return samples, Layout(np.where(cells // D == rows[0], 0, 1) * D + cells % D, 2, D)
 
 
-def context(instance: Instance, placement: Placement, layout: Layout, rows: tuple[int, int]):
+def context(costs: Costs, rows: tuple[int, int]):
     """(attention, expert_tokens), each [R - 2, G]: A of every block of the rows other than
-    ``rows`` (cost units) and sum_l max_p W of it (tokens), in row order; the constants of
-    ``CpsatPacking(context=...)``."""
-    from ...cost import layout_costs
-
-    others = np.setdiff1d(np.arange(layout.num_rows), rows)
-    costs = layout_costs(instance, placement, layout)
+    ``rows`` (cost units) and sum_l max_p W of it (tokens), in row order, from the layout's
+    :func:`rp_opt.cost.layout_costs`; the constants of ``CpsatPacking(context=...)``."""
+    others = np.setdiff1d(np.arange(costs.attention.shape[0]), rows)
     # W holds integer token counts (as floats): sum_l max_p W of every block
     return costs.attention[others], np.rint(costs.rank_load.max(axis=3).sum(axis=2)[others]).astype(np.int64)
 
@@ -137,7 +134,9 @@ def row_pair_search(instance: Instance, placement: Placement, layout: Layout, ob
     """
     t0 = time.perf_counter()
     stats = RowSearchStats()
-    best = score(instance, placement, layout, objective)
+    # the current layout's costs: its score, and the fixed rows of each pair (context)
+    costs = layout_costs(instance, placement, layout)
+    best = objective.evaluate(costs)
     stats.start = stats.end = best[0]
     pairs = list(itertools.combinations(range(layout.num_rows), 2))
     tried: set = set()
@@ -154,16 +153,17 @@ def row_pair_search(instance: Instance, placement: Placement, layout: Layout, ob
             break
         rows = todo[int(rng.integers(len(todo)))]
         samples, start = two_rows(layout, rows)
-        fixed = None if separable else context(instance, placement, layout, rows)
+        fixed = None if separable else context(costs, rows)
         sub, proven = solve(renumbered(instance, samples), start, min(SOLVE_SECONDS, left), fixed)
         stats.solves += 1
         tried.add(rows)
         if sub is None:
             continue
         candidate = put_back(layout, rows, samples, sub)
-        value = score(instance, placement, candidate, objective)
+        candidate_costs = layout_costs(instance, placement, candidate)
+        value = objective.evaluate(candidate_costs)
         if lex_better(value, best):
-            layout, best = candidate, value
+            layout, costs, best = candidate, candidate_costs, value
             stats.kept += 1
             stats.end = best[0]
             stats.history.append((round(time.perf_counter() - t0, 2), rows, best[0]))
