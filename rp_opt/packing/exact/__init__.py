@@ -10,11 +10,12 @@ linearised generically) and solve the objective's levels in sequence:
 * ``highs`` (:mod:`.pyomo_model`): Pyomo + HiGHS on the float costs.
 
 Before the model runs, :func:`solve_packing` takes the better of a greedy layout and a
-short run of the ``heuristic`` planner as the start; when level 1 adds up rows (``sync``)
-and R >= 3, G >= 2, pairs of rows are then re-solved exactly as two-row windows
-(:mod:`.row_search`), which improves the start and, through it, CP-SAT's bound. With
-symmetry breaking, the models number the samples heaviest first (:func:`.common.heaviest_first`), so the chains fix
-where the longest samples sit; plans come back in the caller's numbering. CP-SAT
+short run of the ``heuristic`` planner as the start; with R >= 3 and G >= 2, pairs of rows
+are then re-solved exactly (:mod:`.row_search`; as two-row windows of their own when level
+1 adds up rows, as ``sync`` does, else with the other rows as constants), which improves
+the start and, through it, CP-SAT's bound. With symmetry breaking, the models number the
+samples heaviest first (:func:`.common.heaviest_first`), so the chains fix where the
+longest samples sit; plans come back in the caller's numbering. CP-SAT
 searches longest sample first with the proof-oriented workers of
 :data:`.cpsat_model.PROOF_SUBSOLVERS`; when level 1 ends unproven, a partial LP relaxation
 bounds it (:func:`.pyomo_model.relaxation_bound`: the costliest samples binary, the rest
@@ -286,6 +287,11 @@ def _coefficients(instance: Instance) -> int:
     return instance.window.num_samples * instance.window.num_layers * instance.cluster.ep
 
 
+def _all_proven(levels, obj) -> bool:
+    """Every level of ``obj`` solved to a proven optimum (implied levels count as theirs)."""
+    return len(levels) == len(obj.levels) and all(o.status == "optimal" for o in levels)
+
+
 def _two_row_layout(sub: Instance, placement: Placement, obj, start: Layout, seconds: float, fixed, seed, backend,
                     workers, subsolvers, symmetry, tighten) -> tuple[Layout | None, bool]:
     """The exact solve of one two-row sub-window for :func:`.row_search.row_pair_search`
@@ -308,9 +314,7 @@ def _two_row_layout(sub: Instance, placement: Placement, obj, start: Layout, sec
         start = canonical_layout(start, data.num_shards, mode, fixed_shards=True)
     out = builder.solve(Budget(seconds - (time.perf_counter() - t0)), seed=seed, workers=workers,
                         subsolvers=subsolvers, start=start)
-    proven = bool(out.levels) and len(out.levels) == len(obj.levels) and \
-        all(level.status == "optimal" for level in out.levels)
-    return out.layout, proven
+    return out.layout, _all_proven(out.levels, obj)
 
 
 def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj, time_limit, seed, start, backend,
@@ -452,7 +456,7 @@ def _result(instance, placement, obj, out, start, start_score, stats, t0, solver
         return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, solver_name, stats)
     if layout is None:
         return Result(NO_SOLUTION, None, (), bound, time.perf_counter() - t0, solver_name, stats)
-    all_opt = len(levels) == len(obj.levels) and all(o.status == "optimal" for o in levels)
+    all_opt = _all_proven(levels, obj)
     if (not all_opt and relaxed is not None and plan_score is not None and len(levels) == len(obj.levels)
             and all(o.status == "optimal" for o in levels[1:])
             and relaxed >= plan_score[0] - out.rounding[0] - 1e-9 * abs(plan_score[0])):
