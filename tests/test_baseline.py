@@ -6,6 +6,7 @@ import pytest
 from rp_opt import check
 from rp_opt.packing.baseline import ffd_bins, kk_partition, pack, repair_capacity
 from rp_opt.solvers import get_solver
+from rp_opt.window import Cluster, CostModel, Instance, Stage, Window
 
 from conftest import random_instance
 
@@ -54,3 +55,31 @@ def test_pack_rows_at_least_area_bound():
     layout, stats = pack(instance, "ffd")
     assert layout.num_rows * 2 * 64 >= instance.window.lengths.sum()
     assert stats["extra_rows"] == 0
+
+
+def test_ffd_and_kk_keep_the_sample_limit():
+    """Regression: ffd and kk ignored the per-cell sample limit m and returned invalid plans.
+
+    ffd, lengths [2, 1, 1, 1, 2, 4], C = 6, m = 3, D = 1 (R* = 2: {4,1,1}, {2,2,1}): in 2
+    bins FFD puts 4, 2 in bin 0 (full) and 2, 1, 1, 1 in bin 1, 4 samples > m; with m it
+    fails at 2 bins and packs 3 rows. kk, lengths [2, 3, 2, 7, 1], C = 8, m = 3 (R* = 2:
+    {7,1}, {3,2,2}), attention linear (weights = lengths): KK gives {7,2} (9 > C) and
+    {3,1,2}; the repair moved 2 into the 3-sample bin; with m no bin can take it, so kk
+    also packs 3 rows. Without m, ffd is unchanged.
+    """
+    def instance(lengths, capacity):
+        n = len(lengths)
+        window = Window(np.array(lengths), np.zeros((n, 1, 1), dtype=np.int64), 1)
+        cost = CostModel((Stage("linear", 1, 1.0, 0.0),), 0.0)
+        return Instance(window, Cluster(1, 1, 1, capacity, 3), cost)
+
+    lengths = np.array([2, 1, 1, 1, 2, 4])
+    assert np.bincount(ffd_bins(lengths, 2, 6)).tolist() == [2, 4]
+    assert ffd_bins(lengths, 2, 6, max_items=3) is None
+    for rule, inst in (("ffd", instance(lengths, 6)), ("kk", instance([2, 3, 2, 7, 1], 8))):
+        layout, stats = pack(inst, rule)
+        assert stats["r_star"] == 2 and stats["rows"] == 3
+        assert layout.cell_sizes().max() <= 3
+    for solver, inst in (("baseline", instance(lengths, 6)), ("kk", instance([2, 3, 2, 7, 1], 8))):
+        result = get_solver(solver)(inst, objective="sync")
+        assert check(inst, result.plan).valid

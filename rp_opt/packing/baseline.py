@@ -30,8 +30,9 @@ from ..window import CostModel, Instance, Window
 log = logging.getLogger("rp_opt")
 
 
-def ffd_bins(lengths: np.ndarray, num_bins: int, capacity: int) -> np.ndarray | None:
-    """AReaL-style FFD into ``num_bins`` bins; bin of every item, or None if an item fits nowhere."""
+def ffd_bins(lengths: np.ndarray, num_bins: int, capacity: int, max_items: int | None = None) -> np.ndarray | None:
+    """AReaL-style FFD into ``num_bins`` bins; bin of every item, or None if an item fits nowhere
+    (a bin fits when it has room and, where ``max_items`` = m is given, fewer than m items)."""
     order = np.argsort(-lengths, kind="stable")
     load = np.zeros(num_bins, dtype=np.int64)
     count = np.zeros(num_bins, dtype=np.int64)
@@ -39,6 +40,8 @@ def ffd_bins(lengths: np.ndarray, num_bins: int, capacity: int) -> np.ndarray | 
     big = np.iinfo(np.int64).max
     for i in order:
         fits = load + lengths[i] <= capacity
+        if max_items is not None:
+            fits &= count < max_items
         if not fits.any():
             return None
         b = int(np.argmin(np.where(fits, count, big)))
@@ -85,12 +88,16 @@ def kk_partition(weights: np.ndarray, num_parts: int) -> np.ndarray:
     return part_of
 
 
-def repair_capacity(lengths: np.ndarray, bin_of: np.ndarray, num_bins: int, capacity: int) -> np.ndarray | None:
+def repair_capacity(lengths: np.ndarray, bin_of: np.ndarray, num_bins: int, capacity: int,
+                    max_items: int | None = None) -> np.ndarray | None:
     """Move samples out of bins over capacity (largest that fits elsewhere, into the emptiest
-    bin); None when no move helps. Bins keep at least one sample."""
+    bin with fewer than ``max_items`` = m items, where m is given); None when no move helps
+    or a bin holds more than m items. Bins keep at least one sample."""
     bin_of = bin_of.copy()
     load = np.bincount(bin_of, weights=lengths, minlength=num_bins)
     count = np.bincount(bin_of, minlength=num_bins)
+    if max_items is not None and count.max() > max_items:
+        return None
     for _ in range(lengths.size):
         over = np.flatnonzero(load > capacity)
         if over.size == 0:
@@ -98,10 +105,12 @@ def repair_capacity(lengths: np.ndarray, bin_of: np.ndarray, num_bins: int, capa
         b = int(over[0])
         members = np.flatnonzero(bin_of == b)
         members = members[np.argsort(-lengths[members], kind="stable")]
-        target = int(np.argmin(load))
+        # a bin already holding m samples takes none (its load counts as infinite)
+        open_load = load if max_items is None else np.where(count < max_items, load, np.inf)
+        target = int(np.argmin(open_load))
         moved = False
         for i in members:
-            if count[b] > 1 and load[target] + lengths[i] <= capacity:
+            if count[b] > 1 and open_load[target] + lengths[i] <= capacity:
                 bin_of[i] = target
                 load[b] -= lengths[i]
                 load[target] += lengths[i]
@@ -120,10 +129,11 @@ def _kk_bins(instance: Instance, num_bins: int) -> np.ndarray | None:
     lengths = window.lengths.astype(np.float64)
     weights = lengths if not np.isfinite(c) else c * lengths + lengths ** 2
     part_of = kk_partition(weights, num_bins)
-    return repair_capacity(window.lengths, part_of, num_bins, cluster.capacity)
+    return repair_capacity(window.lengths, part_of, num_bins, cluster.capacity, cluster.max_samples_per_cell)
 
 
-_RULES = {"ffd": lambda inst, bins: ffd_bins(inst.window.lengths, bins, inst.cluster.capacity), "kk": _kk_bins}
+_RULES = {"ffd": lambda inst, bins: ffd_bins(inst.window.lengths, bins, inst.cluster.capacity,
+                                              inst.cluster.max_samples_per_cell), "kk": _kk_bins}
 
 
 def min_rows(window: Window, cluster) -> int:
