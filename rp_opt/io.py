@@ -96,7 +96,7 @@ def read_instance_arrays(path: str | os.PathLike, arrays=("lengths", "demand")) 
     try:
         archive = np.load(path, allow_pickle=False)
         names = set(archive.files)
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:  # EOFError: an empty file
         raise InputError("file", f"{path} is not an .npz archive ({type(exc).__name__})") from None
     def member(key):
         try:

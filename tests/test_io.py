@@ -98,6 +98,16 @@ def test_missing_and_garbage_files(tmp_path, capsys):
     assert "is not an .npz archive" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["plan", "show", "certify", "place"])
+def test_empty_instance_file_one_line(tmp_path, capsys, command):
+    empty = tmp_path / "empty.npz"
+    empty.write_bytes(b"")
+    assert main([command, str(empty), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == f"error: file: {empty} is not an .npz archive (EOFError)"
+    assert json.loads(captured.out)["error"]["field"] == "file"
+
+
 def test_round_trip(tmp_path):
     # conftest.random_instance's routing is not physically possible (an expert gets more
     # tokens than the sample has), which loading rejects; a generated window is
