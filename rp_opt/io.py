@@ -150,6 +150,8 @@ def read_json(path: str | os.PathLike, field: str = "file") -> object:
             return json.load(handle)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(field, f"{path} is not valid JSON ({exc})") from None
+    except OSError as exc:  # a directory, no read permission
+        raise InputError(field, f"{path} cannot be read ({exc.strerror or type(exc).__name__})") from None
 
 
 def read_plan_file(path: str | os.PathLike, field: str = "file") -> dict:

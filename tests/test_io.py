@@ -98,6 +98,22 @@ def test_missing_and_garbage_files(tmp_path, capsys):
     assert "is not an .npz archive" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, field", [
+    (["eval", "{w}", "{d}"], "file"), (["show", "{w}", "--plan", "{d}"], "--plan"),
+    (["plan", "{w}", "--warm-start", "{d}"], "--warm-start"), (["place", "{w}", "--current", "{d}"], "--current"),
+    (["calibrate", "{d}"], "file"), (["export", "{w}", "{d}", "-o", "{t}/ex"], "file")])
+def test_directory_given_as_json_file_one_line(tmp_path, capsys, argv, field):
+    instance = generate("ling-tiny-like", samples=8, dp=2, ep=2, capacity=512, layers=2, experts=4, top_k=2, seed=1)
+    save_instance(tmp_path / "w.npz", instance)
+    folder = tmp_path / "plans"
+    folder.mkdir()
+    argv = [a.format(w=tmp_path / "w.npz", d=folder, t=tmp_path) for a in argv]
+    assert main(argv + ["--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == f"error: {field}: {folder} cannot be read (Is a directory)"
+    assert json.loads(captured.out)["error"]["field"] == field
+
+
 @pytest.mark.parametrize("command", ["plan", "show", "certify", "place"])
 def test_empty_instance_file_one_line(tmp_path, capsys, command):
     empty = tmp_path / "empty.npz"
