@@ -209,6 +209,25 @@ def test_export_previous_from_another_cluster(files, capsys, tmp_path):
     assert main(["export", files["w16"], files["plan"], "-o", str(tmp_path / "ex2"), "--json"]) == 0
 
 
+def test_export_previous_unreadable(files, capsys, tmp_path):
+    """An empty, damaged, missing or non-archive --previous is one line naming --previous."""
+    good = str(tmp_path / "good")
+    assert main(["export", files["w16"], files["plan"], "-o", good, "--json"]) == 0
+    capsys.readouterr()
+    empty, damaged = tmp_path / "empty.npz", tmp_path / "damaged.npz"
+    empty.write_bytes(b"")
+    data = bytearray(open(good + ".npz", "rb").read())
+    data[60:100] = bytes(40)  # inside the first member's header and data
+    damaged.write_bytes(bytes(data))
+    out = ["export", files["w16"], files["plan"], "-o", str(tmp_path / "ex"), "--json", "--previous"]
+    for previous, needles in ((empty, ["EOFError"]), (damaged, ["is not an export .npz"]),
+                              (tmp_path / "missing.npz", ["does not exist"]), (tmp_path, ["is not an export .npz"])):
+        captured = _bad(capsys, out + [str(previous)], "--previous:", str(previous), *needles)
+        assert json.loads(captured.out)["error"]["field"] == "--previous"
+    assert not (tmp_path / "ex.npz").exists()
+    assert main(out + [good + ".npz"]) == 0
+
+
 # ------------------------------------------------------------------ item 18: certify --bpp
 def test_certify_bpp_item_larger_than_capacity(capsys, tmp_path):
     path = tmp_path / "big.txt"

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import zipfile
+import zlib
+
 import numpy as np
 
 from ..check import check_plan
-from ..errors import require
+from ..errors import InputError, require
 from ..io import plan_from_dict, read_plan_file
 from ._common import add_json, check_output, emit_json, open_instance, require_same_window
 
@@ -22,8 +25,21 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
+def _read_previous(path: str) -> dict:
+    """The arrays of the ``--previous`` export; :class:`InputError` on ``--previous`` when
+    the file is missing, empty, corrupted or not an archive (one line, never a traceback)."""
+    from ..export import load_export
+
+    try:
+        return load_export(path)
+    except InputError as exc:
+        raise InputError("--previous", exc.message) from None
+    except (EOFError, zipfile.BadZipFile, zlib.error) as exc:  # empty file, damaged members
+        raise InputError("--previous", f"{path} is not an export .npz ({type(exc).__name__})") from None
+
+
 def run(args) -> int:
-    from ..export import export_plan, load_export
+    from ..export import export_plan
 
     check_output(args.output + ".json")
     check_output(args.output + ".npz")
@@ -44,7 +60,7 @@ def run(args) -> int:
     plan = plan_from_dict(instance, data)
     previous = None
     if args.previous:
-        arrays = load_export(args.previous)
+        arrays = _read_previous(args.previous)
         require("phy2log" in arrays, "--previous", f"{args.previous} has no phy2log array")
         ranks = plan.placement.num_ranks
         if "placement" in arrays and np.asarray(arrays["placement"]).size:
