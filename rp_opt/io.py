@@ -44,7 +44,8 @@ def check_writable(path: str | os.PathLike, field: str = "-o") -> str:
     Returns
     -------
     The path as a string; :class:`InputError` naming ``field`` and the path when it is
-    empty, a directory, or its directory is missing or not writable.
+    empty, a directory, or its directory is missing or not writable, or when the file
+    cannot be opened for writing there (a new file is created and removed again).
     """
     path = os.fspath(path)
     require(path.strip() != "", field, "is empty")
@@ -54,6 +55,17 @@ def check_writable(path: str | os.PathLike, field: str = "-o") -> str:
         require(os.path.isdir(directory), field, f"directory {directory} does not exist")
     require(os.access(directory or ".", os.W_OK), field, f"directory {directory or '.'} is not writable")
     require(not os.path.exists(path) or os.access(path, os.W_OK), field, f"{path} is not writable")
+    # os.access says yes to root and knows nothing of file systems such as /proc: create
+    # the file (removed again) or open an existing one for appending, as the write will
+    if not os.path.exists(path) or os.path.isfile(path):
+        existed = os.path.exists(path)
+        try:
+            with open(path, "a" if existed else "x"):
+                pass
+        except OSError as exc:
+            raise InputError(field, f"cannot write {path} ({exc.strerror or type(exc).__name__})") from None
+        if not existed:
+            os.remove(path)
     return path
 
 

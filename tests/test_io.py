@@ -1,6 +1,7 @@
 """Instance and plan files: round trips, and one-line errors (exit code 2) for bad input."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -96,6 +97,33 @@ def test_missing_and_garbage_files(tmp_path, capsys):
     junk.write_text("not a zip")
     assert main(["eval", str(junk), str(junk)]) == 2
     assert "is not an .npz archive" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
+@pytest.mark.parametrize("command", ["gen", "plan", "place", "calibrate", "export"])
+def test_output_in_proc_refused_before_any_work(tmp_path, capsys, command):
+    """/proc takes no new files, although os.access says its directory is writable (as root)."""
+    instance = generate("ling-tiny-like", samples=8, dp=2, ep=2, capacity=512, layers=2, experts=4, top_k=2, seed=1)
+    window = str(tmp_path / "w.npz")
+    save_instance(window, instance)
+    argv = {"gen": ["gen", "--samples", "8", "--dp", "2", "--ep", "2", "--layers", "2"],
+            "plan": ["plan", window], "place": ["place", window, "--method", "lpt"],
+            "calibrate": ["calibrate", str(tmp_path / "timings.json"), "--window", window],
+            "export": ["export", window, str(tmp_path / "p.json")]}[command]
+    assert main(argv + ["-o", "/proc/rp-opt-test", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and captured.err.startswith("error: -o: cannot write /proc/rp-opt-test")
+    assert json.loads(captured.out) == {"error": {"field": "-o", "message": captured.err[len("error: -o: "):].strip()}}
+
+
+def test_check_writable_leaves_no_file(tmp_path):
+    from rp_opt.io import check_writable
+
+    assert check_writable(tmp_path / "new.json") == str(tmp_path / "new.json")
+    assert not (tmp_path / "new.json").exists()
+    (tmp_path / "old.json").write_text("kept")
+    check_writable(tmp_path / "old.json")
+    assert (tmp_path / "old.json").read_text() == "kept"
 
 
 @pytest.mark.parametrize("argv, field", [
