@@ -79,8 +79,13 @@ def test_every_written_file_is_reported_as_output(files, capsys, command):
         assert data["output"] is None and "write_error" not in data
 
 
-def test_export_output_checked_up_front(files, capsys, tmp_path):
+def test_export_output_checked_up_front(files, capsys, tmp_path, monkeypatch):
     _bad(capsys, ["export", files["w16"], files["plan"], "-o", str(tmp_path / "nodir" / "x")], "-o:", "does not exist")
+    # a prefix without a file name would write hidden files '.json' / '.npz' in that directory
+    monkeypatch.chdir(tmp_path)
+    for prefix in ("", str(tmp_path) + "/", "."):
+        _bad(capsys, ["export", files["w16"], files["plan"], "-o", prefix], "-o:", "must end in a file name", repr(prefix))
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_write_failure_after_solving_still_prints_the_result(files, capsys, monkeypatch, tmp_path):

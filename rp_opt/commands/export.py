@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import zipfile
 import zlib
 
@@ -41,6 +42,9 @@ def _read_previous(path: str) -> dict:
 def run(args) -> int:
     from ..export import export_plan
 
+    name = os.path.basename(args.output)
+    require(name not in ("", ".", ".."), "-o", f"must end in a file name (the prefix of .json and .npz), "
+                                               f"got {args.output!r}")
     check_output(args.output + ".json")
     check_output(args.output + ".npz")
     instance, path = open_instance(args.file)
