@@ -88,6 +88,20 @@ def test_export_output_checked_up_front(files, capsys, tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+def test_export_write_failure_is_one_line(files, capsys, monkeypatch, tmp_path):
+    import rp_opt.export
+
+    def broken(plan, prefix, previous=None):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(rp_opt.export, "export_plan", broken)
+    captured = _bad(capsys, ["export", files["w16"], files["plan"], "-o", str(tmp_path / "ex"), "--json"],
+                    "-o: cannot write", "No space left on device")
+    data = json.loads(captured.out)
+    assert data["valid"] is True and data["json"] is None and data["npz"] is None
+    assert "No space left on device" in data["write_error"] and data["num_rows"] == len(_plan_data(files)["rows"])
+
+
 def test_write_failure_after_solving_still_prints_the_result(files, capsys, monkeypatch, tmp_path):
     import rp_opt.commands.plan as plan_command
 

@@ -11,7 +11,7 @@ import numpy as np
 from ..check import check_plan
 from ..errors import InputError, require
 from ..io import plan_from_dict, read_plan_file
-from ._common import add_json, check_output, emit_json, open_instance, require_same_window
+from ._common import add_json, check_output, emit_json, open_instance, require_same_window, write_output
 
 
 def register(sub) -> None:
@@ -77,13 +77,19 @@ def run(args) -> int:
         require(shape == expected, "--previous",
                 f"{args.previous} has phy2log of shape {shape}, this plan has (L, E) = {expected}")
         previous = arrays["phy2log"]
-    json_path, npz_path = export_plan(plan, args.output, previous)
+    written: list[str] = []
+    # a write that fails after the checks (disk full) is one line, and the summary still prints
+    error = write_output(lambda prefix: written.extend(export_plan(plan, prefix, previous)), args.output)
+    json_path, npz_path = written if not error else (None, None)
     out = {"valid": True, "json": json_path, "npz": npz_path, "num_rows": plan.num_rows,
            "num_layers": plan.placement.num_layers, "num_experts": plan.placement.num_experts,
            "num_ranks": plan.placement.num_ranks}
+    if error:
+        out["write_error"] = error
     if args.json:
         emit_json(out)
     else:
-        print(f"wrote {json_path} and {npz_path} ({plan.num_rows} rows x {instance.cluster.dp} slots, "
-              f"{plan.placement.num_layers} layers x {plan.placement.num_experts} experts on {plan.placement.num_ranks} ranks)")
-    return 0
+        print(f"{'not written' if error else f'wrote {json_path} and {npz_path}'} ({plan.num_rows} rows x "
+              f"{instance.cluster.dp} slots, {plan.placement.num_layers} layers x {plan.placement.num_experts} "
+              f"experts on {plan.placement.num_ranks} ranks)")
+    return 2 if error else 0
