@@ -408,6 +408,26 @@ def test_cli_place_methods_text_and_output_plan(tmp_path, capsys):
     assert code == 0 and w.tolist() == pytest.approx(data["value"])
 
 
+def test_cli_place_infeasible_window_for_a_plan_exits_1_before_the_work(tmp_path, capsys):
+    """8 samples cannot fill D = 16 slots: placing is fine (exit 0), but -o and the rows
+    objective need a layout: exit 1 with the reason, before the (long) exact placement."""
+    from rp_opt.io import save_instance
+
+    rng = np.random.default_rng(11)
+    save_instance(tmp_path / "w.npz", tiny_instance(rng.integers(0, 20, size=(8, 3, 6)), ep=2, dp=16, edp=2))
+    path, plan = str(tmp_path / "w.npz"), str(tmp_path / "p.json")
+    code, out, _ = _run_cli(["place", path, "--method", "lpt", "--json"], capsys)
+    assert code == 0 and json.loads(out)["output"] is None
+    for argv in (["--method", "exact", "-o", plan, "--json"], ["--method", "exact", "--objective", "rows", "--json"]):
+        code, out, err = _run_cli(["place", path] + argv, capsys)
+        data = json.loads(out)
+        assert code == 1 and err == "" and data["status"] == "infeasible" and "8 samples" in data["reason"]
+        assert data["output"] is None and "placement" not in data
+    code, out, err = _run_cli(["place", path, "--method", "lpt", "-o", plan], capsys)
+    assert code == 1 and err == "" and "infeasible" in out and "nothing written" in out
+    assert not (tmp_path / "p.json").exists()
+
+
 def test_cli_place_bad_input_exits_2(tmp_path, capsys):
     _, path = _cli_instance(tmp_path)
     code, _, err = _run_cli(["place", path, "--objective", "nope"], capsys)

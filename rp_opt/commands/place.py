@@ -65,6 +65,19 @@ def _baseline_layout(instance) -> Layout:
     return layout
 
 
+def _no_layout(args, path: str, exc: InputError) -> int:
+    """Exit code 1 when the window admits no layout (an infeasible window), which the rows
+    objective and ``-o`` need; the reason on stdout (with ``--json`` as ``reason``)."""
+    out = {"file": path, "method": args.method, "objective": args.objective, "status": "infeasible",
+           "reason": exc.message, "output": None}
+    if args.json:
+        emit_json(out)
+    else:
+        need = "the rows objective" if args.objective == "rows" else f"-o {args.output}"
+        print(f"{path}: infeasible: {exc.message} ({need} needs a layout; nothing written)")
+    return 1
+
+
 def _expert_bytes(args, instance) -> int:
     if args.expert_bytes is not None:  # checked by its argparse type
         return args.expert_bytes
@@ -95,8 +108,14 @@ def run(args) -> int:
     else:
         current, layout = Placement.identity(window.num_layers, window.num_experts, num_ranks), None
         current_name = "identity"
-    if objective.name == "rows" and layout is None:
-        layout = _baseline_layout(instance)
+    if layout is None and (objective.name == "rows" or args.output):
+        # before the work: the rows objective and the plan file need a layout of the window
+        try:
+            layout = _baseline_layout(instance)
+        except InputError as exc:
+            if exc.field != "window":
+                raise
+            return _no_layout(args, path, exc)
 
     start = time.perf_counter()
     analytic = placement_lower_bound(window.expert_load(), num_ranks).astype(np.float64)
