@@ -133,10 +133,21 @@ def test_write_failure_after_solving_still_prints_the_result(files, capsys, monk
     (["place", "--time-limit=-inf"], ["--time-limit", "-inf"]),
     (["bench", "tiny", "--time-limit", "inf"], ["--time-limit", "inf"]),
     (["plan", "--seed", "1.5"], ["--seed", "1.5"]),
+    (["plan", "--solver", "exact", "--seed", "2147483648"], ["--seed", "[0, 2147483647]", "2147483648"]),
+    (["plan", "--seed", "1e30"], ["--seed", "1e30"]),
+    (GEN + ["--seed", "4294967296", "-o", "x.npz"], ["--seed", "4294967296"]),
+    (["bench", "tiny", "--seeds", "0,2147483648"], ["--seeds", "[0, 2147483647]"]),
     (["gen"], ["-o/--output", "rp-opt gen --help"]),
 ])
 def test_bad_flags_one_line(capsys, argv, needles):
     _bad(capsys, argv, *needles)
+
+
+@pytest.mark.parametrize("solver", ["exact", "joint", "auto"])
+def test_largest_seed_reaches_the_32_bit_solvers(files, capsys, solver):
+    """2^31 - 1 is accepted and CP-SAT / HiGHS take it (2^31 made CP-SAT raise a TypeError)."""
+    assert main(["plan", files["w16"], "--solver", solver, "--seed", "2147483647", "--time-limit", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["valid"] is True
 
 
 @pytest.mark.parametrize("option, needles", [
@@ -157,7 +168,7 @@ def test_option_value_a_solver_does_not_check_is_one_line(files, capsys):
 def test_json_error_object_on_stdout(files, capsys):
     captured = _bad(capsys, ["plan", files["w16"], "--seed", "-1", "--json"], "--seed")
     assert json.loads(captured.out) == {"error": {"field": "--seed",
-                                                  "message": "must be an integer >= 0, got '-1' (see rp-opt plan --help)"}}
+                                                  "message": "must be an integer in [0, 2147483647], got '-1' (see rp-opt plan --help)"}}
     captured = _bad(capsys, ["plan", files["w16"], "--solver", "magic", "--json"], "solver")
     error = json.loads(captured.out)["error"]
     assert error["field"] == "solver" and "magic" in error["message"]

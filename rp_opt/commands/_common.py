@@ -152,7 +152,9 @@ def number_arg(minimum: float):
     return _checked_arg(f"number>={minimum:g}", number, minimum)
 
 
-seed_arg = int_arg(0)
+# CP-SAT and HiGHS take 32-bit seeds: a larger one would fail inside the solver
+MAX_SEED = 2**31 - 1
+seed_arg = _checked_arg("seed", integer, 0, MAX_SEED)
 
 
 def seconds_arg(text: str) -> float:

@@ -15,7 +15,7 @@ def register(sub) -> None:
     p.add_argument("suite", help="tiny, small, medium or production")
     p.add_argument("--solvers", default=",".join(DEFAULT_SOLVERS), help="comma-separated solver names")
     p.add_argument("--seeds", type=seeds_arg, default=None,
-                   help="comma-separated seeds, integers >= 0 (default: the suite's)")
+                   help="comma-separated seeds, integers in [0, 2^31-1] (default: the suite's)")
     p.add_argument("--time-limit", type=seconds_arg, default=10.0, help="seconds per solver run (default 10)")
     p.add_argument("--objective", default="sync", help="shard, sync (the default), or another registered objective")
     p.add_argument("--workers", type=int_arg(1), default=1, help="local processes, >= 1 (default 1)")
@@ -32,7 +32,7 @@ def register(sub) -> None:
 
 
 def seeds_arg(text: str) -> str:
-    """An argparse ``type`` for ``--seeds``: comma-separated integers >= 0 (returned as given)."""
+    """An argparse ``type`` for ``--seeds``: comma-separated integers in [0, 2^31-1] (returned as given)."""
     items = [s.strip() for s in text.split(",") if s.strip()]
     if not items:
         raise argparse.ArgumentTypeError(f"names no seed, got {text!r}")
@@ -40,7 +40,7 @@ def seeds_arg(text: str) -> str:
         try:
             seed_arg(item)
         except argparse.ArgumentTypeError:
-            raise argparse.ArgumentTypeError(f"must be comma-separated integers >= 0, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be comma-separated integers in [0, 2147483647], got {text!r}") from None
     return ",".join(items)
 
 

@@ -24,7 +24,7 @@ def register(sub) -> None:
     p.add_argument("--skew", type=float, default=1.0, help="expert popularity skew")
     p.add_argument("--group-size", type=int, default=8, help="responses per prompt")
     p.add_argument("--drift-steps", type=int, default=0, help="policy updates of routing drift")
-    p.add_argument("--seed", type=seed_arg, default=0, help="random seed, an integer >= 0 (default 0)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="random seed, an integer in [0, 2^31-1] (default 0)")
     p.add_argument("-o", "--output", required=True, help="output .npz (its directory must exist)")
     add_json(p)
     p.set_defaults(run=run)

@@ -22,7 +22,7 @@ def register(sub) -> None:
     p.add_argument("--objective", default="sync", help="shard, sync (the default), or another registered objective")
     p.add_argument("--time-limit", type=seconds_arg, default=10.0,
                    help="seconds, finite and > 0 (default 10; the best plan so far is returned)")
-    p.add_argument("--seed", type=seed_arg, default=0, help="random seed, an integer >= 0 (default 0)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="random seed, an integer in [0, 2^31-1] (default 0)")
     p.add_argument("--warm-start", metavar="PLAN.json", help="start from this plan (a plan for the same window)")
     add_cost(p)
     p.add_argument("-o", "--output", metavar="PLAN.json", help="write the plan file (its directory must exist)")
