@@ -143,6 +143,29 @@ def test_bad_flags_one_line(capsys, argv, needles):
     _bad(capsys, argv, *needles)
 
 
+@pytest.mark.parametrize("flag, value, needles", [
+    ("--capacity", "99999999999999999999", ["[32, 2147483647]"]),   # was OverflowError
+    ("--group-size", "99999999999999999999", ["[1, 2147483647]"]),  # was OverflowError
+    ("--drift-steps", "99999999999999999999", ["[0, 2147483647]"]),  # was numpy's ValueError
+    ("--drift-steps", "2147483647", ["GiB for the drift walk", "8 GiB limit"]),  # was MemoryError
+    ("--skew", "1e308", ["[0, 1000]"]),                             # was overflow warnings
+    ("--samples", "nan", ["[1, 2147483647]", "'nan'"]),
+])
+def test_gen_huge_values_one_line(capsys, tmp_path, flag, value, needles):
+    out = tmp_path / "w.npz"
+    _bad(capsys, GEN + [flag, value, "-o", str(out), "--json"], flag, value, *needles)
+    assert not out.exists()
+
+
+def test_gen_largest_values_accepted(capsys, tmp_path):
+    out = str(tmp_path / "w.npz")
+    assert main(GEN + ["--capacity", "2147483647", "--group-size", "2147483647", "--drift-steps", "3",
+                       "--skew", "1000", "--experts", "4", "--top-k", "2", "-o", out, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["samples"] == 16
+    assert main(["plan", out, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["valid"] is True
+
+
 @pytest.mark.parametrize("solver", ["exact", "joint", "auto"])
 def test_largest_seed_reaches_the_32_bit_solvers(files, capsys, solver):
     """2^31 - 1 is accepted and CP-SAT / HiGHS take it (2^31 made CP-SAT raise a TypeError)."""

@@ -142,14 +142,16 @@ def _checked_arg(name: str, check, *args):
     return parse
 
 
-def int_arg(minimum: int):
-    """An argparse ``type``: an integer >= ``minimum`` (one-line error naming the flag)."""
-    return _checked_arg(f"int>={minimum}", integer, minimum)
+def int_arg(minimum: int, maximum: int | None = None):
+    """An argparse ``type``: an integer >= ``minimum`` (and <= ``maximum`` when given;
+    one-line error naming the flag)."""
+    return _checked_arg(f"int>={minimum}", integer, minimum, maximum)
 
 
-def number_arg(minimum: float):
-    """An argparse ``type``: a finite number >= ``minimum`` (one-line error naming the flag)."""
-    return _checked_arg(f"number>={minimum:g}", number, minimum)
+def number_arg(minimum: float, maximum: float | None = None):
+    """An argparse ``type``: a finite number >= ``minimum`` (and <= ``maximum`` when given;
+    one-line error naming the flag)."""
+    return _checked_arg(f"number>={minimum:g}", number, minimum, maximum)
 
 
 # CP-SAT and HiGHS take 32-bit seeds: a larger one would fail inside the solver

@@ -6,32 +6,59 @@ import time
 
 from ..io import save_instance
 from ..synth import SAMPLES_PER_CHUNK, generate
-from ._common import Progress, add_json, check_output, emit_json, seed_arg, write_reported
+from ._common import Progress, add_json, check_output, emit_json, int_arg, number_arg, seed_arg, write_reported
 
 
 def register(sub) -> None:
     p = sub.add_parser("gen", help="generate a synthetic window (.npz)")
     p.add_argument("--model", default="ling-tiny-like", help="model spec in models/ (default ling-tiny-like)")
-    p.add_argument("--samples", type=int, default=256, help="N")
-    p.add_argument("--dp", type=int, default=8, help="D, DP slots")
-    p.add_argument("--edp", type=int, default=1, help="G, EDP shards")
-    p.add_argument("--ep", type=int, default=8, help="P, EP ranks per shard")
-    p.add_argument("--capacity", type=int, default=32768, help="C, tokens per cell")
-    p.add_argument("--max-samples-per-cell", type=int, default=None, help="m (default: no limit)")
-    p.add_argument("--layers", type=int, default=None, help="L (default: the model's MoE layers)")
-    p.add_argument("--experts", type=int, default=None, help="E (default: the model's)")
-    p.add_argument("--top-k", type=int, default=None, help="k (default: the model's)")
-    p.add_argument("--skew", type=float, default=1.0, help="expert popularity skew")
-    p.add_argument("--group-size", type=int, default=8, help="responses per prompt")
-    p.add_argument("--drift-steps", type=int, default=0, help="policy updates of routing drift")
+    p.add_argument("--samples", type=int_arg(1, MAX_COUNT), default=256, help="N (default 256)")
+    p.add_argument("--dp", type=int_arg(1, MAX_COUNT), default=8, help="D, DP slots (default 8)")
+    p.add_argument("--edp", type=int_arg(1, MAX_COUNT), default=1, help="G, EDP shards (default 1)")
+    p.add_argument("--ep", type=int_arg(1, MAX_COUNT), default=8, help="P, EP ranks per shard (default 8)")
+    p.add_argument("--capacity", type=int_arg(32, MAX_COUNT), default=32768, help="C, tokens per cell (default 32768)")
+    p.add_argument("--max-samples-per-cell", type=int_arg(1, MAX_COUNT), default=None, help="m (default: no limit)")
+    p.add_argument("--layers", type=int_arg(1, MAX_COUNT), default=None, help="L (default: the model's MoE layers)")
+    p.add_argument("--experts", type=int_arg(1, MAX_COUNT), default=None, help="E (default: the model's)")
+    p.add_argument("--top-k", type=int_arg(1, MAX_COUNT), default=None, help="k (default: the model's)")
+    p.add_argument("--skew", type=number_arg(0, MAX_SKEW), default=1.0,
+                   help=f"expert popularity skew, in [0, {MAX_SKEW}] (default 1)")
+    p.add_argument("--group-size", type=int_arg(1, MAX_COUNT), default=8, help="responses per prompt (default 8)")
+    p.add_argument("--drift-steps", type=int_arg(0, MAX_COUNT), default=0,
+                   help="policy updates of routing drift (default 0)")
     p.add_argument("--seed", type=seed_arg, default=0, help="random seed, an integer in [0, 2^31-1] (default 0)")
     p.add_argument("-o", "--output", required=True, help="output .npz (its directory must exist)")
     add_json(p)
     p.set_defaults(run=run)
 
 
+# counts are 32-bit (larger ones overflowed inside numpy); a skew far above the measured
+# ones (about 1) overflows the popularity logits
+MAX_COUNT = 2**31 - 1
+MAX_SKEW = 1000
+
+
+def _check_drift(args) -> None:
+    """:class:`InputError` on ``--drift-steps`` when the drift walk (steps x L x E float64
+    draws, summed at once) would need more memory than the generator allows."""
+    from ..errors import require
+    from ..models import load_spec
+    from ..synth import MAX_GENERATE_BYTES
+
+    if not args.drift_steps:
+        return
+    spec = load_spec(args.model)
+    layers = spec.moe_layers if args.layers is None else args.layers
+    experts = spec.num_experts if args.experts is None else args.experts
+    need = 8 * args.drift_steps * layers * experts
+    require(need <= MAX_GENERATE_BYTES, "--drift-steps",
+            f"{args.drift_steps} steps with L={layers}, E={experts} need about {need / 2**30:.1f} GiB for the drift "
+            f"walk, more than the {MAX_GENERATE_BYTES / 2**30:g} GiB limit")
+
+
 def run(args) -> int:
     check_output(args.output)
+    _check_drift(args)
     start = time.perf_counter()
     chunks = -(-args.samples // SAMPLES_PER_CHUNK)
     bar = Progress(chunks, "routing", enabled=None if not args.json else False)
