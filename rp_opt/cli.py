@@ -7,7 +7,8 @@ exit code``). Modules are discovered, so adding a command edits no other file.
 Exit codes: 0 success, 1 the answer is negative (an invalid plan, an infeasible window),
 2 bad input (one line on stderr naming the field and value; with ``--json`` also
 ``{"error": {"field": ..., "message": ...}}`` on stdout). Argument errors of argparse are
-bad input too and take the same one line.
+bad input too and take the same one line. 130: interrupted (Ctrl-C); 141: stdout was
+closed by its reader (``rp-opt show | head``), without a traceback.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import pkgutil
 import re
 import sys
@@ -97,6 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader of stdout went away (rp-opt show | head): no traceback, and stdout
+        # goes to /dev/null so that Python's final flush does not complain again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by the pipe
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -107,6 +107,21 @@ def test_plan_solver_options(capsys):
     assert "--option: must be KEY=VALUE" in capsys.readouterr().err
 
 
+def test_closed_stdout_no_traceback():
+    """``rp-opt show | head -1``: the reader closes the pipe early; exit 141 (128 +
+    SIGPIPE), nothing on stderr (it used to be a BrokenPipeError traceback, exit 1)."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    child = subprocess.Popen([sys.executable, "-m", "rp_opt.cli", "show"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, cwd=root)
+    child.stdout.close()  # before the child writes anything
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=60) == 141 and err == ""
+
+
 def test_json_stdout_is_clean_when_highs_runs():
     """HiGHS prints a banner on stdout when first used; with --json it must go to stderr.
     Scholl N1C3W2_H needs HiGHS' exact decision (LP bound 22, optimum 23)."""
