@@ -348,6 +348,29 @@ def test_cost_option(files, capsys, tmp_path):
     _bad(capsys, ["plan", files["w16"], "--cost", str(tmp_path / "nope.json")], "--cost", "nope.json")
 
 
+def test_cost_file_under_another_name(files, capsys, tmp_path):
+    """An existing --cost path that does not end in .json is read as a cost file (it was
+    taken for a model spec name: "unknown model 'cost.txt'"); a directory or a window
+    file given by mistake is named as such."""
+    from rp_opt.calibrate import save_cost
+    from rp_opt.window import CostModel, Stage
+
+    cost = str(tmp_path / "cost.json")
+    save_cost(cost, CostModel((Stage("linear", 2, 1e-3, 0.0),), 1e-4))
+    assert main(["plan", files["w16"], "--cost", cost, "--json"]) == 0
+    expected = json.loads(capsys.readouterr().out)["score"]
+    renamed = tmp_path / "cost.calibrated"
+    renamed.write_text(open(cost).read())
+    assert main(["plan", files["w16"], "--cost", str(renamed), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["score"] == expected and out["valid"] is True
+    assert main(["show", files["w16"], "--cost", str(renamed), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cost"]["gamma"] == 1e-4
+    _bad(capsys, ["plan", files["w16"], "--cost", str(tmp_path)], "--cost:", str(tmp_path), "cannot be read")
+    _bad(capsys, ["eval", files["w16"], files["plan"], "--cost", files["w16"]], "--cost:", "w16.npz", "not valid JSON")
+    _bad(capsys, ["plan", files["w16"], "--cost", "no-such-model"], "--cost:", "unknown model 'no-such-model'")
+
+
 # ------------------------------------------------------------------ item 13: bench
 @pytest.mark.parametrize("argv, needles", [
     (["--objective", "nope"], ["objective", "nope"]),
