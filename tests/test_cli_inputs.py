@@ -2,6 +2,7 @@
 code 2, never a traceback (and with --json an error object on stdout)."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -383,6 +384,38 @@ def test_cost_file_under_another_name(files, capsys, tmp_path):
 ])
 def test_bench_checks_arguments_up_front(capsys, argv, needles):
     _bad(capsys, ["bench", "tiny", "--solvers", "baseline", "--time-limit", "1"] + argv, *needles)
+
+
+def test_bench_output_folders(files, capsys, monkeypatch, tmp_path):
+    """--out / --img that cannot be directories are refused before the runs (a file given
+    as --out was a FileExistsError traceback after them); --img alone writes the plot; a
+    write that fails after the runs is one line, the table still prints, exit 2."""
+    import rp_opt.bench.gap as gap
+
+    run = ["bench", "tiny", "--solvers", "baseline", "--time-limit", "1", "--limit", "1"]
+    calls = []
+    real = gap.run_gap
+    monkeypatch.setattr(gap, "run_gap", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for flag in ("--out", "--img"):
+        _bad(capsys, run + [flag, files["w16"]], f"{flag}:", "is not a directory")
+        if os.path.isdir("/proc/self"):
+            _bad(capsys, run + [flag, "/proc/rp-opt-test"], f"{flag}:", "cannot create directory")
+    assert calls == []
+    assert main(run + ["--img", str(tmp_path / "img")]) == 0
+    assert "baseline" in capsys.readouterr().out
+    assert os.listdir(tmp_path / "img") in ([], ["bench_tiny.png"])  # [] without matplotlib
+
+    import rp_opt.bench.report as report
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(report, "write_outputs", full)
+    monkeypatch.setattr(gap, "write_outputs", full)
+    captured = _bad(capsys, run + ["--out", str(tmp_path / "out"), "--json"], "--out: cannot write",
+                    "No space left on device")
+    data = json.loads(captured.out)
+    assert [r["solver"] for r in data["records"]] == ["baseline"] and "No space" in data["write_error"]
 
 
 def test_bench_reports_why_runs_failed(capsys, monkeypatch):

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import os
 import sys
 
-from ._common import Progress, add_json, int_arg, seconds_arg, seed_arg
+from ..errors import InputError, require
+from ._common import Progress, add_json, check_output, int_arg, seconds_arg, seed_arg, write_output
 
 
 def register(sub) -> None:
@@ -24,8 +28,8 @@ def register(sub) -> None:
                    help="run on Ray ('local', 'auto' or a cluster address HOST:PORT)")
     p.add_argument("--limit", type=int_arg(0), default=None,
                    help="only the first LIMIT instances (>= 0; 0 means all, the default)")
-    p.add_argument("--out", metavar="DIR", help="write bench_SUITE.md / .json (and a gap plot) here")
-    p.add_argument("--img", metavar="DIR", help="write the gap plot here (default OUT/img)")
+    p.add_argument("--out", metavar="DIR", help="write bench_SUITE.md / .json (and a gap plot) here (created if missing)")
+    p.add_argument("--img", metavar="DIR", help="write the gap plot here (default OUT/img; also without --out)")
     p.add_argument("--progress", action="store_true", help="show the progress bar even when stderr is not a terminal")
     add_json(p)
     p.set_defaults(run=run)
@@ -45,7 +49,7 @@ def seeds_arg(text: str) -> str:
 
 
 def run(args) -> int:
-    from ..bench.gap import emit, run_gap, tasks_from_args
+    from ..bench.gap import run_gap, tasks_from_args
     from ..bench.report import per_solver_rows
     from ..bench.runner import check_ray_address
     from ..cost import get_objective
@@ -55,18 +59,19 @@ def run(args) -> int:
     if args.ray:
         check_ray_address(args.ray)
     total = len(tasks_from_args(args))  # validates the arguments before anything runs
+    for flag, folder in (("--out", args.out), ("--img", args.img)):
+        if folder:
+            _check_folder(folder, flag, f"bench_{args.suite}")
     progress = Progress(total, f"bench {args.suite}", enabled=True if args.progress else None)
     result = run_gap(args, on_record=lambda rec: progress.step(f"{rec['instance']} {rec['solver']}"))
-    if args.out:
-        saved_json, args.json = args.json, False
-        import contextlib
-        import io
-
-        with contextlib.redirect_stdout(io.StringIO()):
-            emit(result, args, f"bench_{args.suite}")
-        args.json = saved_json
+    write_error = None
+    if args.out or args.img:
+        # a write that fails after the runs (disk full) is one line; the summary still prints
+        write_error = write_output(_write_files, args.out or args.img, result, args,
+                                   flag="--out" if args.out else "--img")
     if args.json:
-        emit_json({"meta": result["meta"], "records": result["records"], "instances": result["instances"]})
+        out = {"meta": result["meta"], "records": result["records"], "instances": result["instances"]}
+        emit_json({**out, "write_error": write_error} if write_error else out)
     else:
         headers, rows = per_solver_rows(result["records"])
         print(table(headers, rows))
@@ -81,4 +86,34 @@ def run(args) -> int:
         more = f"; and {len(reasons) - 3} other reasons (see --json)" if len(reasons) > 3 else ""
         print(f"error: {every} failed: " + "; ".join(shown) + more, file=sys.stderr)
     invalid = [r for r in result["records"] if r.get("status") in ("optimal", "feasible") and not r.get("valid")]
+    if write_error:
+        return 2
     return 1 if invalid else 0 if not errors else 1
+
+
+def _check_folder(path: str, flag: str, name: str) -> None:
+    """Before the runs: :class:`InputError` naming ``flag`` unless ``path`` is a directory
+    (created when missing) in which ``name`` files can be written."""
+    require(not os.path.exists(path) or os.path.isdir(path), flag, f"{path} is not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise InputError(flag, f"cannot create directory {path} ({exc.strerror or type(exc).__name__})") from None
+    check_output(os.path.join(path, f"{name}.md"), flag)
+
+
+def _write_files(folder: str, result: dict, args) -> None:
+    """``--out``: the tables, the records and the gap plot; ``--img`` alone: the plot."""
+    from ..bench.gap import emit, gap_plot
+    from ..bench.report import image_path
+
+    name = f"bench_{args.suite}"
+    if not args.out:
+        gap_plot(result["records"], image_path(args, name))
+        return
+    saved_json, args.json = args.json, False
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # emit also prints; the command prints once
+            emit(result, args, name)
+    finally:
+        args.json = saved_json
