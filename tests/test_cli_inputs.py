@@ -80,6 +80,33 @@ def test_every_written_file_is_reported_as_output(files, capsys, command):
         assert data["output"] is None and "write_error" not in data
 
 
+def test_output_never_overwrites_an_input_of_another_kind(files, capsys, tmp_path):
+    """``plan w.npz -o w.npz`` replaced the window by a plan file (and export -o PREFIX the
+    window or the plan, calibrate -o the timings); a plan may still replace the plan it
+    started from (--warm-start, --current)."""
+    import shutil
+
+    window, plan = str(tmp_path / "w.npz"), str(tmp_path / "p.json")
+    shutil.copy(files["w16"], window)
+    shutil.copy(files["plan"], plan)
+    timings = _write(files, "own_timings.json", _timings(files, [[1.0, 2.0]] * len(_plan_data(files)["rows"])))
+    before = {path: open(path, "rb").read() for path in (window, plan, timings)}
+    for argv, needles in (
+            (["plan", window, "-o", window, "--json"], ["is the window"]),
+            (["place", window, "--method", "lpt", "-o", window], ["is the window"]),
+            (["export", window, plan, "-o", window[:-4]], ["w.npz is the window"]),
+            (["export", window, plan, "-o", plan[:-5]], ["p.json is the plan"]),
+            (["calibrate", timings, "--window", window, "-o", timings], ["is the timings file"]),
+            (["calibrate", timings, "--window", window, "-o", window], ["is the window"])):
+        _bad(capsys, argv, "-o:", *needles)
+    assert before == {path: open(path, "rb").read() for path in before}
+    assert main(["plan", window, "--warm-start", plan, "-o", plan, "--json"]) == 0
+    assert main(["place", window, "--method", "lpt", "--current", plan, "-o", plan, "--json"]) == 0
+    capsys.readouterr()
+    assert main(["eval", window, plan, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["valid"] is True
+
+
 def test_export_output_checked_up_front(files, capsys, tmp_path, monkeypatch):
     _bad(capsys, ["export", files["w16"], files["plan"], "-o", str(tmp_path / "nodir" / "x")], "-o:", "does not exist")
     # a prefix without a file name would write hidden files '.json' / '.npz' in that directory

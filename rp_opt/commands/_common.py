@@ -173,11 +173,17 @@ def seconds_arg(text: str) -> float:
 
 
 # ------------------------------------------------------------------ output files
-def check_output(path: str | None, flag: str = "-o") -> None:
+def check_output(path: str | None, flag: str = "-o", inputs: dict | None = None) -> None:
     """Before any work: :class:`InputError` naming ``flag`` when ``path`` (if given) cannot
-    be written (its directory is missing, or it is a directory)."""
-    if path is not None:
-        check_writable(path, flag)
+    be written (its directory is missing, or it is a directory), or when it is one of the
+    command's ``inputs`` (``{"window": FILE.npz, ...}``; None values are skipped): writing
+    the result there would destroy that input (``rp-opt plan w.npz -o w.npz``)."""
+    if path is None:
+        return
+    check_writable(path, flag)
+    for what, source in (inputs or {}).items():
+        if source and os.path.exists(path) and os.path.exists(source) and os.path.samefile(path, source):
+            raise InputError(flag, f"{path} is the {what} this command reads; writing there would destroy it")
 
 
 def write_output(save, path: str, *what, flag: str = "-o") -> str | None:

@@ -19,7 +19,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..calibrate import fit_cost, load_timings, save_cost
 
-    check_output(args.output)
+    check_output(args.output, inputs={"timings file": args.timings, "window": args.window})
     window = open_instance(args.window)[0] if args.window else None
     runs = load_timings(args.timings, window)
     fit = fit_cost(runs, window.cost if window is not None else None)

@@ -45,8 +45,8 @@ def run(args) -> int:
     name = os.path.basename(args.output)
     require(name not in ("", ".", ".."), "-o", f"must end in a file name (the prefix of .json and .npz), "
                                                f"got {args.output!r}")
-    check_output(args.output + ".json")
-    check_output(args.output + ".npz")
+    for suffix in (".json", ".npz"):
+        check_output(args.output + suffix, inputs={"window": args.file, "plan": args.plan})
     instance, path = open_instance(args.file)
     data = read_plan_file(args.plan)
     require_same_window(data, instance, "plan", args.plan)

@@ -11,8 +11,8 @@ import numpy as np
 from ..errors import InputError, require
 from ..io import placement_from_list, read_json
 from ..solution import Layout, Placement
-from ._common import (Progress, add_json, check_output, emit_json, int_arg, number_arg, open_instance,
-                      require_same_window, seconds_arg, table, write_reported)
+from ._common import (Progress, add_json, check_output, default_instance_path, emit_json, int_arg, number_arg,
+                      open_instance, require_same_window, seconds_arg, table, write_reported)
 
 log = logging.getLogger("rp_opt")
 
@@ -99,7 +99,7 @@ def run(args) -> int:
     objective = get_placement_objective(args.objective)
     require(args.method == "exact" or objective.name == "aggregate", "--objective",
             f"{objective.name!r} needs --method exact")
-    check_output(args.output)
+    check_output(args.output, inputs={"window": args.file or default_instance_path()})
     instance, path = open_instance(args.file)
     window, num_ranks = instance.window, instance.cluster.ep
     if args.current:

@@ -8,8 +8,8 @@ import time
 from ..check import check
 from ..io import save_plan
 from ..solvers import get_solver
-from ._common import (add_cost, add_json, check_output, emit_json, load_plan_for, open_instance, seconds_arg, seed_arg,
-                      table, write_reported)
+from ._common import (add_cost, add_json, check_output, default_instance_path, emit_json, load_plan_for,
+                      open_instance, seconds_arg, seed_arg, table, write_reported)
 
 log = logging.getLogger("rp_opt")
 
@@ -84,7 +84,7 @@ def run(args) -> int:
 
     get_objective(args.objective)
     options = parse_options(args.option)
-    check_output(args.output)
+    check_output(args.output, inputs={"window": args.file or default_instance_path(), "cost model": args.cost})
     solver = get_solver(args.solver)
     instance, path = open_instance(args.file, args.cost)
     warm = load_plan_for(args.warm_start, instance, "--warm-start") if args.warm_start else None
