@@ -57,7 +57,7 @@ log = logging.getLogger("rp_opt")
 
 BACKENDS = ("cpsat", "highs")
 
-__all__ = ["solve_exact", "solve_packing", "default_placement", "default_num_rows", "BACKENDS"]
+__all__ = ["solve_exact", "solve_packing", "default_placement", "default_num_rows", "num_rows_or_status", "BACKENDS"]
 
 
 def default_placement(instance: Instance) -> Placement:
@@ -100,7 +100,15 @@ def _feasible_rows(instance: Instance, num_rows: int, time_limit: float) -> bool
 def default_num_rows(instance: Instance, time_limit: float = 10.0) -> int | None:
     """R*: ``rp_opt.rows.certify_rows`` when available, else the least R for which the
     packing constraints are feasible (from ceil(ceil(sum T / C) / D) up). None when the
-    window fits no R (N < R D for every feasible R)."""
+    window fits no R (N < R D for every feasible R) or R* was not proven in time
+    (:func:`num_rows_or_status` tells the two apart)."""
+    return num_rows_or_status(instance, time_limit)[0]
+
+
+def num_rows_or_status(instance: Instance, time_limit: float = 10.0) -> tuple[int | None, str | None, str | None]:
+    """``(R*, None, None)``, or ``(None, status, reason)`` for the planners' result when
+    there is no R*: ``infeasible`` when no R with R D <= N admits a layout, ``no_solution``
+    when the certifier did not prove R* within ``time_limit`` (a layout may well exist)."""
     window, cluster = instance.window, instance.cluster
     try:
         from ...rows import certify_rows
@@ -109,15 +117,19 @@ def default_num_rows(instance: Instance, time_limit: float = 10.0) -> int | None
     if certify_rows is not None:
         cert = certify_rows(window, cluster, time_limit=time_limit)
         r = getattr(cert, "r_star", None)
-        return None if r is None else int(r)
+        if r is not None:
+            return int(r), None, None
+        if cert.status == INFEASIBLE:
+            return None, INFEASIBLE, "no row count R with R*D <= N admits a layout: " + cert.summary()
+        return None, NO_SOLUTION, f"R* not proven within {time_limit:.3g} s ({cert.summary()})"
     n, D = window.num_samples, cluster.dp
     r = max(1, math.ceil(math.ceil(int(window.lengths.sum()) / cluster.capacity) / D))
     while r * D <= n:
         ok = _feasible_rows(instance, r, time_limit)
         if ok:
-            return r
+            return r, None, None
         r += 1
-    return None
+    return None, INFEASIBLE, "no row count R with R*D <= N admits a layout"
 
 
 def _heuristic_layout(instance, placement, num_rows, obj, data, time_limit, seed,
@@ -512,10 +524,9 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
     if placement is None:
         placement = warm_start.placement if warm_start is not None else default_placement(instance)
     if num_rows is None:
-        num_rows = default_num_rows(instance, time_limit=max(1.0, 0.2 * time_limit))
+        num_rows, status, reason = num_rows_or_status(instance, time_limit=max(1.0, 0.2 * time_limit))
         if num_rows is None:
-            return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, "exact",
-                          {"reason": "no row count R with R*D <= N admits a layout"})
+            return Result(status, None, (), None, time.perf_counter() - t0, "exact", {"reason": reason})
     start = warm_start.layout if warm_start is not None else None
     left = max(0.1, time_limit - (time.perf_counter() - t0))
     return solve_packing(instance, placement, num_rows, objective=objective, time_limit=left, seed=seed,

@@ -48,7 +48,7 @@ def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.
     Parameters are those of :func:`rp_opt.packing.exact.solve_exact`; ``warm_start`` gives
     both the start placement and layout (default: LPT placement and the greedy layout).
     """
-    from . import check_args, default_num_rows, in_callers_numbering, in_model_numbering
+    from . import check_args, in_callers_numbering, in_model_numbering, num_rows_or_status
 
     t0 = time.perf_counter()
     require(not options, "options", f"unknown option(s) {sorted(options)} for solver joint; known: "
@@ -56,10 +56,9 @@ def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.
     num_rows, symmetry, workers = check_args(num_rows=num_rows, symmetry=symmetry, workers=workers).values()
     obj = get_objective(objective)
     if num_rows is None:
-        num_rows = default_num_rows(instance, time_limit=max(1.0, 0.2 * time_limit))
+        num_rows, status, reason = num_rows_or_status(instance, time_limit=max(1.0, 0.2 * time_limit))
         if num_rows is None:
-            return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, "joint",
-                          {"reason": "no row count R with R*D <= N admits a layout"})
+            return Result(status, None, (), None, time.perf_counter() - t0, "joint", {"reason": reason})
     if not symmetry or _too_big(instance, int(num_rows), float(time_limit) - (time.perf_counter() - t0)):
         return _solve_joint(instance, obj, time_limit, seed, warm_start, int(num_rows), symmetry, workers, t0)
     # samples numbered heaviest first in the model, as for the packing model (solve_packing)
