@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except _ArgumentParserExit as exc:
-        return _report(_argument_error(exc), "--json" in argv)
+        # argparse takes any unambiguous prefix of --json (--js) as --json
+        return _report(_argument_error(exc), any(len(a) >= 3 and "--json".startswith(a) for a in argv))
     level = logging.WARNING - 10 * min(args.verbose, 2) if args.verbose else logging.INFO
     # other libraries' INFO (Pyomo relays HiGHS's whole MIP log there) only with -v
     logging.basicConfig(level=level if args.verbose else logging.WARNING, format="%(message)s", stream=sys.stderr)

@@ -220,6 +220,9 @@ def test_json_error_object_on_stdout(files, capsys):
     captured = _bad(capsys, ["plan", files["w16"], "--seed", "-1", "--json"], "--seed")
     assert json.loads(captured.out) == {"error": {"field": "--seed",
                                                   "message": "must be an integer in [0, 2147483647], got '-1' (see rp-opt plan --help)"}}
+    for flag in ("--js", "--j"):  # argparse's abbreviations of --json: the same object
+        captured = _bad(capsys, ["plan", files["w16"], "--seed", "-1", flag], "--seed")
+        assert json.loads(captured.out)["error"]["field"] == "--seed"
     captured = _bad(capsys, ["plan", files["w16"], "--solver", "magic", "--json"], "solver")
     error = json.loads(captured.out)["error"]
     assert error["field"] == "solver" and "magic" in error["message"]
