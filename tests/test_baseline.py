@@ -83,3 +83,25 @@ def test_ffd_and_kk_keep_the_sample_limit():
     for solver, inst in (("baseline", instance(lengths, 6)), ("kk", instance([2, 3, 2, 7, 1], 8))):
         result = get_solver(solver)(inst, objective="sync")
         assert check(inst, result.plan).valid
+
+
+@pytest.mark.parametrize("solver", ["baseline", "kk", "lpt-ffd"])
+def test_rows_not_proven_in_time_use_the_witness(solver, monkeypatch):
+    """Regression: when the certifier did not prove R* (time out), the baselines raised
+    InputError "window: None" (its reason is set only for infeasible windows) on a window
+    that has a layout. They now pack into the rows of the certifier's witness, as the
+    heuristic does.
+
+    A certifier limited to bounds and heuristics (exact="none") stands in for one out of
+    time: lengths [2, 4, 2, 2, 4], C = 7, D = 1: L1 = 2, but every length is even and 7 is
+    odd, so B = 3 (FFD: {4,2}, {4,2}, {2}); bounds 2 <= R* <= 3, witness of 3 rows."""
+    import rp_opt.rows as rows
+
+    real = rows.certify_rows
+    monkeypatch.setattr(rows, "certify_rows", lambda window, cluster, time_limit=10.0, exact="auto":
+                        real(window, cluster, time_limit, exact="none"))
+    window = Window(np.array([2, 4, 2, 2, 4]), np.ones((5, 1, 2), dtype=np.int64), 1)
+    inst = Instance(window, Cluster(1, 1, 1, 7), CostModel((Stage("linear", 1, 1.0, 0.0),), 1.0))
+    result = get_solver(solver)(inst, objective="sync")
+    assert result.plan.num_rows == 3
+    assert check(inst, result.plan).valid

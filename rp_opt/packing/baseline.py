@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from ..errors import InputError, require
-from ..result import FEASIBLE, OPTIMAL
+from ..result import FEASIBLE, INFEASIBLE, OPTIMAL
 from ..solution import Layout, Placement
 from ..solvers import plan_result, register_solver
 from ..window import CostModel, Instance, Window
@@ -137,7 +137,8 @@ _RULES = {"ffd": lambda inst, bins: ffd_bins(inst.window.lengths, bins, inst.clu
 
 
 def min_rows(window: Window, cluster) -> int:
-    """R* from the certifier when it is available, otherwise the FFD upper bound."""
+    """R* from the certifier when it is available (the rows of its witness when it did not
+    close R* in time, as the heuristic does), otherwise the FFD upper bound."""
     try:
         from ..rows import certify_rows
     except ImportError:
@@ -145,7 +146,9 @@ def min_rows(window: Window, cluster) -> int:
     if certify_rows is not None:
         cert = certify_rows(window, cluster)
         if cert.r_star is None:
-            raise InputError("window", getattr(cert, "reason", "no layout exists"))
+            if cert.status != INFEASIBLE and cert.witness is not None:
+                return int(cert.upper_bound)
+            raise InputError("window", cert.reason or f"R* not proven in time ({cert.summary()})")
         return int(cert.r_star)
     bins = 1
     while ffd_bins(window.lengths, bins, cluster.capacity) is None:
