@@ -213,6 +213,9 @@ def test_option_that_has_its_own_flag(files, capsys, option, needles):
 def test_option_value_a_solver_does_not_check_is_one_line(files, capsys):
     _bad(capsys, ["plan", files["w16"], "--solver", "exact", "--time-limit", "1", "--option", "num_rows=abc"],
          "num_rows", "abc")
+    # kk divides by the row count: a ZeroDivisionError traceback before
+    _bad(capsys, ["plan", files["w16"], "--solver", "kk", "--option", "num_rows=0"], "--option", "num_rows=0",
+         "ZeroDivisionError")
 
 
 # ------------------------------------------------------------------ item 14: --json errors

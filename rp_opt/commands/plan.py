@@ -98,7 +98,7 @@ def run(args) -> int:
             raise
         # the solver found no layout (the packers raise; exact and joint return a result)
         result = _no_layout(instance, args, exc, time.perf_counter() - start)
-    except (TypeError, ValueError, OverflowError) as exc:
+    except (TypeError, ValueError, ArithmeticError) as exc:  # ArithmeticError: ZeroDivisionError, OverflowError
         if not options:
             raise
         # a solver that does not check an option's value itself: still one line, naming the options
