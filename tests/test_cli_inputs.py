@@ -210,6 +210,17 @@ def test_option_that_has_its_own_flag(files, capsys, option, needles):
     _bad(capsys, ["plan", files["w16"], "--solver", "heuristic", "--time-limit", "1", "--option", option], *needles)
 
 
+@pytest.mark.parametrize("limit, shown", [("0.001", "limit 0.001 s"), ("1e300", "limit 1e+300 s"), ("10", "limit 10 s")])
+def test_plan_progress_line_shows_the_limit_as_given(files, capsys, caplog, limit, shown):
+    """The "planning ..." line printed the limit with %.1f: 1e-3 s as "0.0 s", 1e300 s as 301 digits."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="rp_opt"):
+        assert main(["plan", files["w16"], "--time-limit", limit]) == 0
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("planning ")]
+    assert len(lines) == 1 and lines[0].endswith(f"(sync, {shown})"), lines
+
+
 def test_option_value_a_solver_does_not_check_is_one_line(files, capsys):
     _bad(capsys, ["plan", files["w16"], "--solver", "exact", "--time-limit", "1", "--option", "num_rows=abc"],
          "num_rows", "abc")

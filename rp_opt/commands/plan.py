@@ -88,7 +88,7 @@ def run(args) -> int:
     solver = get_solver(args.solver)
     instance, path = open_instance(args.file, args.cost)
     warm = load_plan_for(args.warm_start, instance, "--warm-start") if args.warm_start else None
-    log.info("planning %s with %s (%s, limit %.1f s)", path, args.solver, args.objective, args.time_limit)
+    log.info("planning %s with %s (%s, limit %g s)", path, args.solver, args.objective, args.time_limit)
     start = time.perf_counter()
     try:
         result = solver(instance, objective=args.objective, time_limit=args.time_limit, seed=args.seed,
