@@ -176,10 +176,16 @@ def read_plan_file(path: str | os.PathLike, field: str = "file") -> dict:
 
 
 def placement_from_list(instance: Instance, placement) -> Placement:
-    """A validated :class:`Placement` of ``instance`` from the plan-file form [L][E]."""
+    """A validated :class:`Placement` of ``instance`` from the plan-file form [L][E]; a
+    rank that is not a 64-bit integer (0.5, true, 2**70) is named, never truncated."""
+    if isinstance(placement, list):
+        for l, layer in enumerate(placement):
+            for e, rank in enumerate(layer if isinstance(layer, list) else ()):
+                require(isinstance(rank, (int, np.integer)) and not isinstance(rank, (bool, np.bool_))
+                        and -2**63 <= rank < 2**63, f"placement[{l}][{e}]", f"must be an integer rank, got {rank!r}")
     try:
         ranks = np.asarray(placement, dtype=np.int64)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):
         raise InputError("placement", "must be a rectangular [L][E] list of integer ranks") from None
     window = instance.window
     require(ranks.shape == (window.num_layers, window.num_experts), "placement",

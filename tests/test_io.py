@@ -171,6 +171,28 @@ def test_round_trip(tmp_path):
     assert again.score == (1.0, 2.0, 3.0)
 
 
+@pytest.mark.parametrize("rank, shown", [(0.5, "0.5"), (1.0, "1.0"), (True, "True"), (2**70, str(2**70)), ("1", "'1'")])
+def test_plan_placement_rank_must_be_an_integer(tmp_path, capsys, rank, shown):
+    """A placement rank of 0.5 was truncated to 0 and accepted (the checker rejects it),
+    2**70 raised OverflowError as a traceback; both are named now, for every reader."""
+    instance = generate("ling-tiny-like", samples=8, dp=2, ep=2, capacity=512, layers=2, experts=4, top_k=2, seed=1)
+    save_instance(tmp_path / "w.npz", instance)
+    layout, _ = pack(instance, "ffd")
+    save_plan(tmp_path / "p.json", Plan(Placement.identity(2, 4, 2), layout, "sync", (1.0, 2.0, 3.0)))
+    data = json.loads((tmp_path / "p.json").read_text())
+    data["placement"][1][2] = rank
+    (tmp_path / "p.json").write_text(json.dumps(data))
+    with pytest.raises(InputError) as info:
+        load_plan(tmp_path / "p.json", instance)
+    assert str(info.value) == f"placement[1][2]: must be an integer rank, got {shown}"
+    w, p = str(tmp_path / "w.npz"), str(tmp_path / "p.json")
+    for argv in (["show", w, "--plan", p], ["plan", w, "--warm-start", p], ["place", w, "--method", "lpt", "--current", p]):
+        assert main(argv + ["--json"]) == 2
+        captured = capsys.readouterr()
+        assert captured.err.strip() == f"error: {info.value}"
+        assert json.loads(captured.out)["error"]["field"] == "placement[1][2]"
+
+
 def test_compact_demand_dtype():
     instance = random_instance(1)
     assert instance.window.demand.dtype == np.uint16
