@@ -23,7 +23,7 @@ import zlib
 
 import numpy as np
 
-from .errors import InputError, require
+from .errors import InputError, _bad, require
 from .result import Plan
 from .solution import Layout, Placement
 from .window import Cluster, CostModel, Instance, Window
@@ -198,8 +198,14 @@ def plan_from_dict(instance: Instance, data: dict) -> Plan:
     placement = placement_from_list(instance, data["placement"])
     layout = Layout.from_rows(data["rows"], instance.window.num_samples)
     require(layout.num_slots == instance.cluster.dp, "rows", f"have {layout.num_slots} slots, the cluster has D={instance.cluster.dp}")
-    score = tuple(float(x) for x in data.get("score", []))
-    return Plan(placement, layout, str(data.get("objective", "sync")), score, dict(data.get("stats", {})))
+    # the optional fields too: one line naming them, never a ValueError/TypeError traceback
+    score = [] if data.get("score") is None else data["score"]
+    stats = {} if data.get("stats") is None else data["stats"]
+    if not (isinstance(score, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in score)):
+        raise _bad("score", score, "a list of numbers")
+    if not isinstance(stats, dict):
+        raise _bad("stats", stats, "a JSON object")
+    return Plan(placement, layout, str(data.get("objective", "sync")), tuple(float(x) for x in score), dict(stats))
 
 
 def load_plan(path: str | os.PathLike, instance: Instance) -> Plan:

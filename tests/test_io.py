@@ -193,6 +193,34 @@ def test_plan_placement_rank_must_be_an_integer(tmp_path, capsys, rank, shown):
         assert json.loads(captured.out)["error"]["field"] == "placement[1][2]"
 
 
+@pytest.mark.parametrize("key, value, message", [
+    ("stats", [1, 2], "stats: must be a JSON object, got [1, 2]"),        # was a TypeError traceback
+    ("score", ["a"], "score: must be a list of numbers, got ['a']"),     # was a ValueError traceback (export)
+    ("score", 5, "score: must be a list of numbers, got 5"),
+    ("score", None, None), ("stats", None, None)])                      # null: not given
+def test_plan_optional_fields_checked(tmp_path, capsys, key, value, message):
+    instance = generate("ling-tiny-like", samples=8, dp=2, ep=2, capacity=512, layers=2, experts=4, top_k=2, seed=1)
+    save_instance(tmp_path / "w.npz", instance)
+    layout, _ = pack(instance, "ffd")
+    save_plan(tmp_path / "p.json", Plan(Placement.identity(2, 4, 2), layout, "sync", (1.0, 2.0, 3.0)))
+    data = json.loads((tmp_path / "p.json").read_text())
+    data[key] = value
+    (tmp_path / "p.json").write_text(json.dumps(data))
+    w, p = str(tmp_path / "w.npz"), str(tmp_path / "p.json")
+    if message is None:
+        plan = load_plan(p, instance)
+        assert (plan.score if key == "score" else plan.stats) in ((), {})
+        assert main(["export", w, p, "-o", str(tmp_path / "ex"), "--json"]) == 0
+        capsys.readouterr()
+        return
+    with pytest.raises(InputError) as info:
+        load_plan(p, instance)
+    assert str(info.value) == message
+    for argv in (["show", w, "--plan", p], ["plan", w, "--warm-start", p], ["export", w, p, "-o", str(tmp_path / "ex")]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip() == f"error: {message}"
+
+
 def test_compact_demand_dtype():
     instance = random_instance(1)
     assert instance.window.demand.dtype == np.uint16
