@@ -271,6 +271,17 @@ def test_eval_out_of_range_sample_is_a_violation(files, capsys):
     assert any("sample 99" in v for v in json.loads(capsys.readouterr().out)["violations"])
 
 
+def test_eval_and_export_sample_index_beyond_64_bits(files, capsys, tmp_path):
+    """The checker's int64 arrays overflowed on 2**70 (an OverflowError traceback); the
+    cell is named in one line instead (exit 2; a merely out-of-range index stays a violation)."""
+    data = _plan_data(files)
+    data["rows"][0][0][0] = 2**70
+    path = _write(files, "huge_index.json", data)
+    for argv in (["eval", files["w16"], path, "--json"], ["export", files["w16"], path, "-o", str(tmp_path / "ex")]):
+        _bad(capsys, argv, "rows[0][0]", str(2**70), "is not in [0, 16)")
+    assert not (tmp_path / "ex.json").exists()
+
+
 def test_eval_score_and_rows(files, capsys):
     data = _plan_data(files)
     data["score"] = "x"

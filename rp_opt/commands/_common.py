@@ -96,6 +96,22 @@ def load_plan_for(path: str, instance: Instance, field: str = "file"):
     return plan_from_dict(instance, data)
 
 
+def check_plan_data(instance: Instance, data: dict, objective, rows: int | None = None):
+    """:func:`rp_opt.check.check_plan` of a raw plan file's placement and rows.
+
+    A sample index beyond 64-bit integers overflows the checker's arrays; it is named
+    instead (``rows[r][d]: sample ... is not in [0, N)``, one line) by the layout parser.
+    """
+    from ..check import check_plan
+    from ..solution import Layout
+
+    try:
+        return check_plan(instance, data["placement"], data["rows"], objective, rows)
+    except OverflowError:
+        Layout.from_rows(data["rows"], instance.window.num_samples)  # raises InputError naming the cell
+        raise InputError("rows", "hold a sample index beyond 64-bit integers") from None
+
+
 def require_score(data: dict) -> None:
     """:class:`InputError` on ``score`` unless the raw plan's stored score (if any) is a
     list of numbers."""

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from ..check import check_plan
 from ..cost import get_objective
 from ..io import read_plan_file
-from ._common import add_cost, add_json, emit_json, int_arg, open_instance, require_score
+from ._common import add_cost, add_json, check_plan_data, emit_json, int_arg, open_instance, require_score
 
 
 def register(sub) -> None:
@@ -25,7 +24,7 @@ def run(args) -> int:
     objective = get_objective(args.objective or data.get("objective", "sync"))
     require_score(data)
     claimed = data.get("score")
-    report = check_plan(instance, data["placement"], data["rows"], objective, args.rows)
+    report = check_plan_data(instance, data, objective, args.rows)
     out = report.to_dict()
     out["objective"] = objective.name
     out["num_rows"] = len(data["rows"]) if isinstance(data["rows"], list) else None

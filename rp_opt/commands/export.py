@@ -8,10 +8,10 @@ import zlib
 
 import numpy as np
 
-from ..check import check_plan
 from ..errors import InputError, require
 from ..io import plan_from_dict, read_plan_file
-from ._common import add_json, check_output, emit_json, open_instance, require_same_window, write_output
+from ._common import (add_json, check_output, check_plan_data, emit_json, open_instance, require_same_window,
+                      write_output)
 
 
 def register(sub) -> None:
@@ -50,7 +50,7 @@ def run(args) -> int:
     instance, path = open_instance(args.file)
     data = read_plan_file(args.plan)
     require_same_window(data, instance, "plan", args.plan)
-    report = check_plan(instance, data["placement"], data["rows"], data.get("objective", "sync"))
+    report = check_plan_data(instance, data, data.get("objective", "sync"))
     if not report.valid:
         out = {"valid": False, "violations": report.violations, "file": path, "plan": args.plan}
         if args.json:
