@@ -120,7 +120,7 @@ def num_rows_or_status(instance: Instance, time_limit: float = 10.0) -> tuple[in
         if r is not None:
             return int(r), None, None
         if cert.status == INFEASIBLE:
-            return None, INFEASIBLE, "no row count R with R*D <= N admits a layout: " + cert.summary()
+            return None, INFEASIBLE, f"no row count R with R*D <= N admits a layout: {cert.reason}; {cert.fix}"
         return None, NO_SOLUTION, f"R* not proven within {time_limit:.3g} s ({cert.summary()})"
     n, D = window.num_samples, cluster.dp
     r = max(1, math.ceil(math.ceil(int(window.lengths.sum()) / cluster.capacity) / D))
