@@ -428,6 +428,24 @@ def test_cli_place_infeasible_window_for_a_plan_exits_1_before_the_work(tmp_path
     assert not (tmp_path / "p.json").exists()
 
 
+def test_cli_place_current_rows_must_be_a_layout(tmp_path, capsys):
+    """--current's rows are optional, but rows that are not a layout were ignored without a
+    word (the rows objective then scored a baseline layout instead)."""
+    instance, path = _cli_instance(tmp_path)
+    plan_path = str(tmp_path / "p.json")
+    assert _run_cli(["place", path, "--method", "lpt", "-o", plan_path], capsys)[0] == 0
+    data = json.loads(open(plan_path).read())
+    for rows, code in (("x", 2), (None, 0), (data["rows"], 0)):
+        (tmp_path / "c.json").write_text(json.dumps({**data, "rows": rows}))
+        code_, out, err = _run_cli(["place", path, "--method", "exact", "--objective", "rows", "--time-limit", "1",
+                                    "--current", str(tmp_path / "c.json"), "--json"], capsys)
+        assert code_ == code, err
+        if code == 2:
+            assert err.strip() == "error: rows: must be a non-empty list of rows"
+        else:
+            assert json.loads(out)["status"] in ("optimal", "feasible")
+
+
 def test_cli_place_bad_input_exits_2(tmp_path, capsys):
     _, path = _cli_instance(tmp_path)
     code, _, err = _run_cli(["place", path, "--objective", "nope"], capsys)

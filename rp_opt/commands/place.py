@@ -50,7 +50,7 @@ def _read_current(path: str, instance) -> tuple[Placement, Layout | None]:
     require_same_window(data, instance, "--current", path)
     placement = placement_from_list(instance, data["placement"])
     layout = None
-    if isinstance(data.get("rows"), list):
+    if data.get("rows") is not None:  # optional, but when given it must be a layout (not ignored)
         layout = Layout.from_rows(data["rows"], instance.window.num_samples)
         require(layout.num_slots == instance.cluster.dp, "rows", f"have {layout.num_slots} slots, the cluster has D={instance.cluster.dp}")
     return placement, layout
