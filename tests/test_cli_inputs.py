@@ -344,6 +344,20 @@ def test_certify_bpp_item_larger_than_capacity(capsys, tmp_path):
     _bad(capsys, ["certify", "--bpp", str(path)], "item 1", "11", "capacity 10")
 
 
+@pytest.mark.parametrize("text, needles", [
+    ("3\n99999999999999999999999\n4\n5\n6\n", ["capacity", "must be <= 2147483647"]),  # overflowed in L2
+    ("2\n10\n99999999999999999999999\n5\n", ["a weight does not fit in 64 bits"]),     # overflowed when read
+])
+def test_certify_bpp_numbers_beyond_64_bits(capsys, tmp_path, text, needles):
+    path = tmp_path / "huge.txt"
+    path.write_text(text)
+    captured = _bad(capsys, ["certify", "--bpp", str(path), "--json"], "file:", *needles)
+    assert json.loads(captured.out)["error"]["field"] == "file"
+    path.write_text("3\n2147483647\n4\n5\n6\n")
+    assert main(["certify", "--bpp", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["bins"] == 1
+
+
 # ------------------------------------------------------------------ item 7: calibrate
 def _timings(files, times):
     """Two measured runs of the plan (enough values to fit)."""

@@ -6,9 +6,11 @@ import os
 
 import numpy as np
 
-from ..errors import require
+from ..errors import InputError, require
 from ..result import INFEASIBLE, OPTIMAL
 from ._common import add_json, emit_json, seconds_arg, table
+
+MAX_BPP_CAPACITY = 2**31 - 1
 
 
 def register(subparsers) -> None:
@@ -41,12 +43,26 @@ def _window_arrays(path: str):
     return lengths.astype(np.int64), cluster_from_meta(meta.get("cluster"))
 
 
+def _read_bpp(path: str):
+    """``read_bpplib``, with numbers beyond the certifier's 64-bit arithmetic reported in
+    one line (they overflowed: a huge weight when read, a huge capacity in the bounds).
+    Weights are at most the capacity, so a capacity below 2^31 keeps every sum exact."""
+    from ..rows import read_bpplib
+
+    try:
+        weights, capacity = read_bpplib(path)
+    except OverflowError:
+        raise InputError("file", f"{path}: a weight does not fit in 64 bits") from None
+    require(capacity <= MAX_BPP_CAPACITY, "file", f"{path}: capacity {capacity} must be <= {MAX_BPP_CAPACITY}")
+    return weights, capacity
+
+
 def run(args) -> int:
-    from ..rows import certify_bins, read_bpplib
+    from ..rows import certify_bins
 
     if args.bpp:
         require(args.file is None, "file", "give either FILE.npz or --bpp FILE.txt, not both")
-        weights, capacity = read_bpplib(args.bpp)
+        weights, capacity = _read_bpp(args.bpp)
         cert = certify_bins(weights, capacity, 1, None, args.time_limit, args.exact)
         data = {"file": args.bpp, "items": int(weights.size), "capacity": capacity,
                 "bins": cert.r_star, "lower_bound": cert.bins_lower, "upper_bound": cert.bins_upper,
