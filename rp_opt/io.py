@@ -17,6 +17,7 @@ Every problem is reported as :class:`~rp_opt.errors.InputError` naming the field
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import zipfile
 import zlib
@@ -92,11 +93,18 @@ def save_instance(path: str | os.PathLike, instance: Instance) -> None:
                 np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
 
 
+MAX_CAPACITY = 2**31 - 1  # tokens per cell; the certifier's bounds compute in int64
+
+
 def cluster_from_meta(data) -> Cluster:
-    """The :class:`Cluster` of an instance file's ``meta.cluster`` object."""
+    """The :class:`Cluster` of an instance file's ``meta.cluster`` object (a capacity
+    above :data:`MAX_CAPACITY` is refused: it overflowed the row certifier)."""
     require(isinstance(data, dict), "meta.cluster", "is missing or not an object")
     for key in ("dp", "edp", "ep", "capacity"):
         require(key in data, f"cluster.{key}", "is missing")
+    capacity = data["capacity"]
+    if isinstance(capacity, numbers.Real) and not isinstance(capacity, bool) and capacity > MAX_CAPACITY:
+        raise InputError("cluster.capacity", f"must be at most {MAX_CAPACITY} tokens, got {capacity!r}")
     return Cluster(data["dp"], data["edp"], data["ep"], data["capacity"], data.get("max_samples_per_cell"))
 
 

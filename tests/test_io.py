@@ -73,6 +73,9 @@ BAD_CASES = {
                                                  "gamma": None})), "cost.gamma: must be a finite number >= 0, got None"),
     "object array": (dict(lengths=np.array([10, "x", 30, 40], dtype=object)),
                      "lengths: array in"),
+    # overflowed the row certifier's int64 bounds (a traceback from plan and certify)
+    "capacity beyond 2^31-1": (dict(meta=_meta(capacity=10**30)),
+                               f"cluster.capacity: must be at most 2147483647 tokens, got {10**30}"),
 }
 
 
@@ -88,6 +91,18 @@ def test_bad_instance_one_line_error(tmp_path, capsys, case):
     assert main(["plan", path, "--json"]) == 2
     err = capsys.readouterr().err
     assert err.strip() == f"error: {info.value}"
+
+
+def test_largest_capacity_plans_and_certifies(tmp_path, capsys):
+    path = _write(tmp_path / "w.npz", meta=_meta(capacity=2**31 - 1))
+    assert main(["certify", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["r_star"] == 1
+    assert main(["plan", path, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["valid"] is True
+    capsys.readouterr()
+    _write(tmp_path / "big.npz", meta=_meta(capacity=10**30))
+    assert main(["certify", str(tmp_path / "big.npz")]) == 2
+    assert capsys.readouterr().err.startswith("error: cluster.capacity: must be at most 2147483647")
 
 
 def test_missing_and_garbage_files(tmp_path, capsys):
