@@ -510,3 +510,29 @@ def test_rows_not_proven_in_time_is_no_solution_not_infeasible(solver, monkeypat
     wide = make_window(3, D=4, G=1, L=1, E=2, P=1, C=7, k=1, lengths=[2, 4, 2])
     res = get_solver(solver)(wide, objective="sync", time_limit=2)
     assert res.status == "infeasible" and "admits a layout" in res.stats["reason"]
+
+
+def test_highs_margin_covers_the_level_hold():
+    """Regression: the HiGHS backend holds each level at value + 1e-6 max(1, value) (in its
+    normalised units) for the later levels, but reported a margin ("rounding") of 1e-6 x
+    the costliest sample alone; a later level could spend the hold's slack, so an
+    "optimal" plan's primary exceeded the optimum by more than twice the margin.
+
+    Attention work only (beta = 1, gamma = 0), Q = [5+d, 6, 8+d, 6, 5+d, 8, 8+d, 5] with
+    d = 2e-5, R = 3, D = G = 2, objective shard (max shard total, total, max cell). The
+    base values sum to 51, so level 1 >= 26; its optimum is 26 + 2d, where the best cell
+    peak is 11 + d; at 26 + 3d a peak of 11 (5 + 6) is possible. The hold lets level 1 up
+    to 26 + 2d + 2.6e-5, so the last solve returns level 1 = 26 + 3d, d = 2e-5 above the
+    optimum, while the old margin was 1e-6 x (8 + d): twice it, 1.6e-5, is below d. The
+    margin of a held level is now 1e-6 x its value (2.6e-5 here)."""
+    d = 2e-5
+    Q = np.array([5 + d, 6, 8 + d, 6, 5 + d, 8, 8 + d, 5])
+    window = Window(np.ones(8, dtype=np.int64), np.zeros((8, 1, 1), dtype=np.int64), 1, Q)
+    inst = Instance(window, Cluster(2, 2, 1, 8), CostModel((Stage("softmax", 1, 0.0, 1.0),), 0.0))
+    optimum = 26 + 2 * d
+    res = solve_packing(inst, Placement.identity(1, 1, 1), 3, objective="shard", backend="highs", time_limit=20,
+                        symmetry=False, tighten=False, heuristic_start=False, relax_bound=False)
+    assert res.status == "optimal"
+    checked(inst, res, num_rows=3)
+    assert res.score[0] <= optimum + 2 * res.stats["rounding"][0] + 1e-12
+    assert res.bound <= optimum + 1e-12

@@ -165,6 +165,10 @@ class PyomoPacking:
         opt.config.warmstart = warm
         outcomes, layout = [], None
         n = len(self.levels)
+        # per level, the most a plan's value can move: level_tol x its normaliser units (100 =
+        # the costliest sample alone), at least the slack of the hold below (a later level may
+        # spend it, so the plan's level k can exceed its optimum by that much)
+        margin = [self.level_tol * 100.0 / self.unit] * n
         for k, expr in enumerate(self.levels):
             m.obj.set_value(expr)
             opt.config.time_limit = budget.for_level(k, n)
@@ -192,12 +196,13 @@ class PyomoPacking:
                 layout = self.layout_from()
                 # hold level k at its value within the tolerance, start the next solve here
                 m.hold.add(expr <= value + self.level_tol * max(1.0, abs(value)))
+                margin[k] = self.level_tol * max(100.0, abs(value)) / self.unit
                 opt.config.warmstart = True
             else:
                 st = "infeasible" if tc == TerminationCondition.infeasible else "no_solution"
                 outcomes.append(LevelOutcome(st, None, None, secs, stats))
                 break
-        return SolveOutcome(layout, outcomes, [self.level_tol * 100.0 / self.unit] * n, {})
+        return SolveOutcome(layout, outcomes, margin, {})
 
 
 def relaxation_bound(data: PackingData, objective: Objective, mode: str | None, *, eq4: np.ndarray | None,
