@@ -443,6 +443,6 @@ class CpsatPacking:
             if o is None:
                 break
             full.append(o if k in todo else LevelOutcome(o.status, o.value, o.bound, 0.0,
-                                                        {"status": "implied", "same_as_level": self.level_keys.index(self.level_keys[k])}))
+                                                        {"implied": True, "same_as_level": self.level_keys.index(self.level_keys[k])}))
         rounding = [err for _, _, err, _ in self.levels]
         return SolveOutcome(layout, full, rounding, extra)
