@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from rp_opt import check
+from rp_opt import InputError, check
 from rp_opt.packing.baseline import ffd_bins, kk_partition, pack, repair_capacity
 from rp_opt.solvers import get_solver
 from rp_opt.window import Cluster, CostModel, Instance, Stage, Window
@@ -48,6 +48,19 @@ def test_baseline_solvers_valid(solver, seed):
     np.testing.assert_allclose(report.score, result.score)
     assert result.bound <= result.score[0]
     assert result.status == "feasible"
+
+
+@pytest.mark.parametrize("solver", ["baseline", "kk", "lpt-ffd"])
+def test_baseline_num_rows_option(solver):
+    """num_rows is an integer >= 1 or None (R*); 0 reached kk's division, 1.5 was truncated."""
+    instance = random_instance(0, n=24, dp=4, edp=2, ep=2, capacity=64)
+    r_star = get_solver(solver)(instance).plan.num_rows
+    for value in (0, -1, 1.5, "x"):
+        with pytest.raises(InputError, match=r"^num_rows: must be an integer >= 1"):
+            get_solver(solver)(instance, num_rows=value)
+    for value in (r_star + 1, str(r_star + 1)):  # the command line's text too
+        result = get_solver(solver)(instance, num_rows=value)
+        assert result.plan.num_rows == r_star + 1 and check(instance, result.plan).valid
 
 
 def test_pack_rows_at_least_area_bound():

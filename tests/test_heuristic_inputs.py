@@ -97,14 +97,18 @@ def test_planner_with_zero_cost_model():
 
 # ----------------------------------------------------------------------- seeds, time limits
 
-@pytest.mark.parametrize("seed", [-1, 1.5, "a", True, None])
+@pytest.mark.parametrize("seed", [-1, 1.5, "a", True, None, 2**31])
 def test_bad_seed_is_one_line_error(seed):
+    """2^31 is one past CP-SAT's 32-bit random_seed (it raised a TypeError inside CP-SAT)."""
     with pytest.raises(InputError, match=r"^seed: ") as planner_error:
         Planner(Cluster(dp=4, edp=2, ep=2, capacity=4096), seed=seed)
     assert "\n" not in str(planner_error.value)
     for solver in ("heuristic", "auto"):
         with pytest.raises(InputError, match=r"^seed: "):
             get_solver(solver)(tiny(), seed=seed, **FAST)
+    for solver in ("exact", "joint"):
+        with pytest.raises(InputError, match=r"^seed: "):
+            get_solver(solver)(tiny(), seed=seed, time_limit=1)
 
 
 @pytest.mark.parametrize("solver", ["heuristic", "auto"])

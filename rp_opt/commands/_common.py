@@ -12,7 +12,7 @@ import sys
 import time
 from importlib import resources
 
-from ..errors import InputError, integer, number, require
+from ..errors import MAX_SEED, InputError, integer, number, require
 from ..io import check_writable, load_instance, plan_from_dict, read_plan_file
 from ..result import _jsonable
 from ..solution import cell_samples
@@ -179,7 +179,6 @@ def number_arg(minimum: float, maximum: float | None = None):
 
 
 # CP-SAT and HiGHS take 32-bit seeds: a larger one would fail inside the solver
-MAX_SEED = 2**31 - 1
 seed_arg = _checked_arg("seed", integer, 0, MAX_SEED)
 
 

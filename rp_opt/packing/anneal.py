@@ -62,7 +62,7 @@ from functools import partial
 import numpy as np
 
 from ..cost import _AXIS, cost_bounds, get_objective, layout_costs, rank_demand_major, rank_major_view
-from ..errors import InputError, integer, is_none, number, require, switch
+from ..errors import MAX_SEED, InputError, integer, is_none, number, require, switch
 from ..result import Plan
 from ..solution import Layout, Placement
 from ..stop import MaxIterations, MaxSeconds, NoImprovement, StoppingCriterion
@@ -744,7 +744,7 @@ def _count(none: str | None = None):
 # ``seeds`` takes seed rule names.
 OPTION_RULES: dict = {
     "time_limit": partial(number, above=0, hint="seconds"),
-    "seed": partial(integer, low=0),
+    "seed": partial(integer, low=0, high=MAX_SEED),
     "workers": _count("one per core"),
     "anneal_share": partial(number, low=0, high=1),
     "candidates": _count(),

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from ..errors import InputError, require
+from ..errors import InputError, integer, require
 from ..result import FEASIBLE, INFEASIBLE, OPTIMAL
 from ..solution import Layout, Placement
 from ..solvers import plan_result, register_solver
@@ -208,7 +208,8 @@ def _baseline_solver(placement_rule: str, packing_rule: str):
             placement = lpt_placement(window, cluster.ep)
         else:
             placement = Placement.identity(window.num_layers, window.num_experts, cluster.ep)
-        layout, stats = pack(instance, packing_rule, options.get("num_rows"))
+        rows = integer("num_rows", options.get("num_rows"), 1, text=True, none=True, hint="None: R*")
+        layout, stats = pack(instance, packing_rule, rows)
         stats.update(placement=placement_rule, packing=packing_rule)
         result = plan_result(instance, placement, layout, objective, solver=f"{placement_rule}+{packing_rule}",
                              seconds=time.perf_counter() - start, status=FEASIBLE, stats=stats)

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..._cpsat import solve as cpsat_solve
 from ...cost import cost_bounds, get_objective, rank_load, score
-from ...errors import integer, number, require, switch
+from ...errors import MAX_SEED, integer, number, require, switch
 from ...result import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL, Plan, Result
 from ...solution import Layout, Placement
 from ...solvers import register_solver
@@ -165,13 +165,16 @@ _SWITCHES = ("symmetry", "tighten", "mip_start", "heuristic_start", "relax_bound
 def check_args(**args) -> dict:
     """The arguments of the exact solvers, checked and converted by the same rules as the
     heuristic's options (values of ``--option KEY=VALUE`` may arrive as text): ``workers``
-    and ``num_rows`` None or an integer >= 1, the switches (symmetry, tighten, ...) true or
-    false (true/false/yes/no/1/0; 'nope' is an error); any other argument comes back as it
-    is. A bad one is a one-line :class:`InputError`."""
+    and ``num_rows`` None or an integer >= 1, ``seed`` an integer in [0, 2^31 - 1] (CP-SAT's
+    random_seed), the switches (symmetry, tighten, ...) true or false (true/false/yes/no/1/0;
+    'nope' is an error); any other argument comes back as it is. A bad one is a one-line
+    :class:`InputError`."""
     out = dict(args)
     for name, value in args.items():
         if name in ("workers", "num_rows"):
             out[name] = integer(name, value, 1, none=True, text=True)
+        elif name == "seed":
+            out[name] = integer(name, value, 0, MAX_SEED, text=True)
         elif name in _SWITCHES:
             out[name] = switch(name, value, text=True)
     return out
@@ -252,8 +255,9 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     require(backend in BACKENDS, "backend", f"must be one of {BACKENDS}, got {backend!r}")
     subsolvers = _subsolver_names(subsolvers)
     num_rows = integer("num_rows", num_rows, 1)
-    args = check_args(workers=workers, symmetry=symmetry, tighten=tighten, mip_start=mip_start,
+    args = check_args(seed=seed, workers=workers, symmetry=symmetry, tighten=tighten, mip_start=mip_start,
                       heuristic_start=heuristic_start, relax_bound=relax_bound, row_search=row_search)
+    seed = args.pop("seed")
     # the build estimate needs the model's size only: no rank demand (the model computes it,
     # in its own numbering)
     build = build_seconds(packing_data(instance, None, num_rows), _coefficients(instance),

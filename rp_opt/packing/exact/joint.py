@@ -53,7 +53,8 @@ def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.
     t0 = time.perf_counter()
     require(not options, "options", f"unknown option(s) {sorted(options)} for solver joint; known: "
             "num_rows, symmetry, workers")
-    num_rows, symmetry, workers = check_args(num_rows=num_rows, symmetry=symmetry, workers=workers).values()
+    num_rows, symmetry, workers, seed = check_args(num_rows=num_rows, symmetry=symmetry, workers=workers,
+                                                   seed=seed).values()
     obj = get_objective(objective)
     if num_rows is None:
         num_rows, status, reason = num_rows_or_status(instance, time_limit=max(1.0, 0.2 * time_limit))
