@@ -179,6 +179,22 @@ def test_migration_keeps_a_current_placement_that_is_already_optimal():
         assert res.value == 0 and res.ranks.tolist() == current.tolist()
 
 
+def test_migration_of_a_layer_without_load():
+    """A layer no token reaches (partial replay): loads [0,0,0,0] on 2 ranks, current
+    [1,0,0,1]. Every placement meets the cap 0, so the fewest moves is 0 (keep current).
+    The HiGHS model's rank-load rows had no terms (0 <= 0), which Pyomo refused with an
+    InvalidConstraintError traceback; both backends now answer 0."""
+    current = np.array([1, 0, 0, 1])
+    for backend in BACKENDS:
+        res = solve_layer(LayerProblem(np.zeros(4, dtype=np.int64), 2, current=current), "migration",
+                          backend=backend, mip_gap=0.0, prove_with_bound=False)
+        assert res.status == "optimal" and res.value == 0 and res.ranks.tolist() == current.tolist()
+    # the same through exact_placement, one loaded layer beside the empty one
+    window = tiny_window([[0, 0, 0, 0], [1, 2, 3, 4]])
+    res = exact_placement(window, 2, "migration", current=Placement(np.array([[1, 0, 0, 1], [0, 0, 1, 1]]), 2))
+    assert res.status == "optimal" and res.value.tolist() == [0.0, 2.0]
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("num_experts,num_ranks", [(6, 2), (6, 3), (8, 2), (9, 3)])
 def test_exact_rows_equals_brute_force(num_experts, num_ranks, backend):

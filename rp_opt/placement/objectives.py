@@ -194,8 +194,10 @@ def _migration_pyomo(m, problem: LayerProblem):
     w = problem.load.astype(float)
     cap = float(problem.load_cap)
     cur = problem.current
-    # L[p] = sum_e load_e x[e,p] <= cap = (1 + tol) * best aggregate
-    m.rank_load = pyo.Constraint(m.P, rule=lambda m, p: pyo.quicksum(w[e] * m.x[e, p] for e in m.E if w[e]) <= cap)
+    # L[p] = sum_e load_e x[e,p] <= cap = (1 + tol) * best aggregate (a layer without load
+    # has no terms: 0 <= cap holds, and Pyomo refuses a constraint that is a plain True)
+    if np.any(w):
+        m.rank_load = pyo.Constraint(m.P, rule=lambda m, p: pyo.quicksum(w[e] * m.x[e, p] for e in m.E if w[e]) <= cap)
     # moves = sum_e (1 - x[e, current_e])
     return pyo.quicksum(1 - m.x[e, int(cur[e])] for e in m.E)
 
