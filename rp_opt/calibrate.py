@@ -17,7 +17,9 @@ totals a = sum_s n_s alpha_s, b = sum_s n_s beta_s and gamma, and splits a and b
 stages in the proportions of the prior cost model (the FLOP defaults). With the slot that
 attains each stage's maximum fixed, J is linear in (a, b, gamma): non-negative least
 squares (:func:`scipy.optimize.nnls`) fits them; the maximising slots are then recomputed
-with the fitted coefficients and the fit repeated until they no longer change. The first
+with the fitted coefficients and the fit repeated until they no longer change (they may
+cycle: of the passes, the coefficients whose own maximising slots predict the times with
+the least squared error are returned, and r2 and rms are of those predictions). The first
 pass uses the regressors of :func:`rp_opt.cost.layout_costs` with unit coefficients
 (max_d T, max_d Q, sum_l max_p W).
 """
@@ -146,6 +148,13 @@ def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return coef
 
 
+def _better(best, coef, x, y):
+    """``best`` or (error, coef, x), whichever predicts ``y`` with the smaller squared error
+    (ties go to the later pass, ``coef``)."""
+    error = float(((x @ coef - y) ** 2).sum())
+    return (error, coef, x) if best is None or error <= best[0] else best
+
+
 def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iterations: int = 20) -> Fit:
     """Fit alpha_s, beta_s, gamma to measured (row, shard) times (module docstring).
 
@@ -175,19 +184,32 @@ def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iteratio
     require(y.size >= 3, "times", f"hold {y.size} measured values; the fit needs at least 3")
     require(bool(np.any(y > 0)), "times", f"all {y.size} measured values are 0; there is nothing to fit")
 
+    def regressors(a, b):
+        return np.concatenate([_regressors(run, prior, a, b, ux) for run, ux in zip(runs, unit_experts)])[measured]
+
     a = b = None
     coef = np.zeros(3)
     previous = None
     iterations = 0
+    best = None  # (squared error of the model's own predictions, coefficients, their regressors)
     for iterations in range(1, max_iterations + 1):
-        x = np.concatenate([_regressors(run, prior, a, b, ux) for run, ux in zip(runs, unit_experts)])[measured]
-        if previous is not None and np.array_equal(x, previous):
-            break
+        x = regressors(a, b)
+        if previous is not None:
+            # x holds the maximising slots of the model with ``coef``: x @ coef is what it predicts
+            best = _better(best, coef, x, y)
+            if np.array_equal(x, previous):
+                break
         coef = _nnls(x, y)
         previous = x
         a, b = float(coef[0]), float(coef[1])
         if a == 0 and b == 0:
+            best = _better(best, coef, x, y)  # no attention term: x @ coef is its prediction
             break
+    else:
+        # out of passes (the maximising slots cycle): the last fit is scored as the others
+        best = _better(best, coef, regressors(a, b), y)
+    if best is not None:
+        _, coef, previous = best
     require(bool(np.any(coef > 0)), "times",
             f"cannot be fitted: every non-negative coefficient fit of the {y.size} measured values is 0 "
             "(do the times grow with the tokens of the rows?)")

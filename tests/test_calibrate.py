@@ -95,3 +95,29 @@ def test_bad_timings(measured, tmp_path):
     (tmp_path / "t.json").write_text(json.dumps({"format": "rp-opt-timings/1", "runs": [{"times": [[1]]}]}))
     with pytest.raises(InputError, match="window"):
         load_timings(tmp_path / "t.json")
+
+
+def test_cycling_slots_return_a_fit_whose_statistics_are_its_own():
+    """Six samples T = [1, 4, 8, 4, 5, 5] in 3 rows of 2 slots (G = 1, one layer, one expert
+    on one rank, so X = gamma x the row's tokens 5, 12, 10), stages lin (alpha 1, beta 0)
+    and soft (alpha 1, beta 0.1), times [8, 27, 22]. The fit alternates between two
+    passes: (a, b, gamma) = (1.02, 0, 1.57), whose model predicts row 0 as
+    1.02 x 4 + 1.57 x 5 = 11.93, and (0, 0.0449, 1.988). It used to return the first one
+    after 20 passes with r2 and rms of the regressors of the pass before (row 0: 10.4, rms
+    1.55 where the model's is 2.37); it now returns the pass whose own predictions fit
+    best, and its predicted times, r2 and rms are the model's."""
+    from rp_opt import Cluster, Instance, Layout, Placement, Window
+    from rp_opt.result import Plan
+
+    lengths = np.array([1, 4, 8, 4, 5, 5])
+    window = Window(lengths, lengths.reshape(6, 1, 1), top_k=1)
+    prior = CostModel((Stage("lin", 1, 1.0, 0.0), Stage("soft", 1, 1.0, 0.1)), 1.0)
+    instance = Instance(window, Cluster(dp=2, edp=1, ep=1, capacity=100), prior)
+    plan = Plan(Placement(np.zeros((1, 1), dtype=np.int64), 1), Layout(np.arange(6), 3, 2), "sync", (0.0,))
+    times = np.array([[8.0], [27.0], [22.0]])
+    fit = fit_cost([TimingRun(instance, plan, times)])
+    model = predicted_times(instance, plan, fit.cost).ravel()
+    assert fit.predicted == pytest.approx(model, rel=1e-12)
+    assert fit.rms == pytest.approx(float(np.sqrt(np.mean((model - times.ravel()) ** 2))), rel=1e-12)
+    assert fit.totals["attention_tokens"] == 0.0
+    assert fit.rms < 1.65  # the other pass's model: 2.37
