@@ -195,6 +195,19 @@ def test_migration_of_a_layer_without_load():
     assert res.status == "optimal" and res.value.tolist() == [0.0, 2.0]
 
 
+def test_migration_from_a_warm_start_above_the_load_cap():
+    """Loads [3, 3, 1, 1] on 2 ranks: the best max rank load is 4 ({3,1},{3,1}), so the
+    cap is 4; the current placement [0, 1, 0, 1] meets it and nothing needs to move. A
+    warm start [0, 0, 1, 1] ({3,3} = 6) breaks the cap, so its value is inf. The gap of
+    inf to the bound 0 read as nan, taken for 0: the warm start was returned as 'optimal'
+    with value inf without solving. It is now no proof, and the model finds 0 moves."""
+    current = np.array([0, 1, 0, 1])
+    for backend in BACKENDS:
+        res = solve_layer(LayerProblem(np.array([3, 3, 1, 1]), 2, current=current), "migration",
+                          backend=backend, warm_start=np.array([0, 0, 1, 1]))
+        assert res.status == "optimal" and res.value == 0 and res.ranks.tolist() == current.tolist()
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("num_experts,num_ranks", [(6, 2), (6, 3), (8, 2), (9, 3)])
 def test_exact_rows_equals_brute_force(num_experts, num_ranks, backend):
