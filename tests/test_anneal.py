@@ -363,6 +363,60 @@ def test_screened_swaps_bound_and_exact_moves():
 
 
 @pytest.mark.parametrize("objective", ["sync", "shard"])
+def test_block_pair_best_move_is_the_exhaustive_best(objective):
+    """evaluate() costs only the moves that keep every constraint: its delta equals the
+    least energy change over every feasible swap and relocation between the two blocks
+    (each applied to a copy of the layout and rescored from scratch), and it says (inf,
+    None) exactly when no move is feasible. The start is the R* witness, so capacity is
+    tight and many moves are not feasible."""
+    from rp_opt.packing.improve import BlockSearch
+
+    inst, rows, layout = small_rows(samples=48, dp=4, edp=2, m=5)
+    placement = Placement.identity(4, 8, 4)
+    problem = anneal.make_problem(inst, rank_demand(inst.window, placement), rows, objective)
+    search = BlockSearch(problem, layout.cell_of)
+    cell_of, lengths = search.state.cell_of[0].astype(np.int64), inst.window.lengths
+    tokens = np.bincount(cell_of, weights=lengths, minlength=problem.num_cells)
+    count = np.bincount(cell_of, minlength=problem.num_cells)
+    base = search.energy()
+
+    def change(new_cells):
+        state = anneal.State(problem, 1)
+        anneal.load_layouts(problem, state, [0], [new_cells])
+        out = float(state.energy[0]) - base
+        state.close()
+        return out
+
+    none_feasible = 0
+    for b1, b2 in itertools.permutations(range(problem.num_pairs), 2):
+        delta, move = search.evaluate(b1, b2)
+        I = np.flatnonzero(search.pair_of_sample == b1)
+        J = np.flatnonzero(search.pair_of_sample == b2)
+        changes = []
+        for i in I:
+            for j in J:
+                ci, cj = cell_of[i], cell_of[j]
+                if tokens[ci] - lengths[i] + lengths[j] <= inst.cluster.capacity >= tokens[cj] - lengths[j] + lengths[i]:
+                    new = cell_of.copy()
+                    new[i], new[j] = cj, ci
+                    changes.append(change(new))
+        for movers, into in ((I, b2), (J, b1)):
+            for i in movers:
+                for c in problem.cells_of_pair[into]:
+                    if count[cell_of[i]] > 1 and tokens[c] + lengths[i] <= inst.cluster.capacity and count[c] < 5:
+                        new = cell_of.copy()
+                        new[i] = c
+                        changes.append(change(new))
+        if not changes:
+            none_feasible += 1
+            assert move is None and delta == np.inf
+        else:
+            assert move is not None
+            np.testing.assert_allclose(delta, min(changes), rtol=1e-9, atol=1e-9 * base)
+    assert 0 < none_feasible < problem.num_pairs * (problem.num_pairs - 1)  # both outcomes seen
+
+
+@pytest.mark.parametrize("objective", ["sync", "shard"])
 def test_parallel_search_is_valid_never_worse_and_deterministic(objective):
     """Two-process row-group search (ParallelSearch through search_layout): the merged
     layout keeps every constraint, its energy is the from-scratch energy, it is never
