@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,8 +42,9 @@ class Plan:
 
 
 def relative_gap(score: float | None, bound: float | None) -> float | None:
-    """(score - bound) / |score|, the MIP convention; 0 when both are 0."""
-    if score is None or bound is None:
+    """(score - bound) / |score|, the MIP convention; 0 when both are 0; None when either is
+    missing or not finite (an infinite score gave nan, which read as a gap of 0)."""
+    if score is None or bound is None or not (math.isfinite(score) and math.isfinite(bound)):
         return None
     if score == 0:
         return 0.0 if bound >= 0 else None

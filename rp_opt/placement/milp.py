@@ -99,8 +99,7 @@ def _round_bound(bound: float, integral: bool) -> float:
 
 def _status(value: float, bound: float, mip_gap: float) -> str:
     # an infinite value (a start that breaks the objective's side constraint) proves nothing;
-    # relative_gap would read (inf - bound) / inf = nan as a gap of 0
-    gap = relative_gap(value, bound) if math.isfinite(value) else None
+    gap = relative_gap(value, bound)          # None when the value is infinite
     return OPTIMAL if gap is not None and gap <= mip_gap + 1e-12 else FEASIBLE
 
 
