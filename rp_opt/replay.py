@@ -84,6 +84,26 @@ def _check_ids(ids: np.ndarray, num_experts: int, field: str, token_offset: np.n
                      f"expert id {value} at token {token_of[row]} layer {layer} is outside [0, {num_experts})")
 
 
+def _check_distinct(ids: np.ndarray, field: str, sample_of: np.ndarray | None = None,
+                    token_of: np.ndarray | None = None) -> None:
+    """Raise naming the first token whose top-k lists an expert twice (a token picks k
+    distinct experts); ``ids`` as for :func:`_check_ids`. Counts alone catch a repeat only
+    when it lifts an expert above T_i tokens (``[[0, 0], [1, 2]]`` of a 2-token sample
+    counts [2, 1, 1] and passed)."""
+    if ids.shape[2] < 2:
+        return
+    ordered = np.sort(ids, axis=2)
+    repeat = ordered[:, :, 1:] == ordered[:, :, :-1]
+    if not repeat.any():
+        return
+    row, layer, j = np.argwhere(repeat)[0]
+    value = ordered[row, layer, j]
+    if sample_of is None:
+        raise InputError(field, f"token {row} lists expert {value} twice at layer {layer} (top-k ids must be distinct)")
+    raise InputError(f"{field}[{sample_of[row]}]",
+                     f"token {token_of[row]} lists expert {value} twice at layer {layer} (top-k ids must be distinct)")
+
+
 def _count(sample: np.ndarray, ids: np.ndarray, num_samples: int, num_experts: int,
            out: np.ndarray, first: int) -> None:
     """Add the counts of ``ids`` [M, L, k] (token rows of samples ``sample`` [M], numbered from
@@ -147,6 +167,7 @@ def demand_from_samples(routing: Sequence, num_experts: int, num_layers: int | N
                 f"has {ids.shape[1]} layers, expected L={num_layers}")
         require(ids.shape[2] == top_k, f"routing[{i}]", f"has k={ids.shape[2]} experts per token, expected k={top_k}")
         _check_ids(ids, num_experts, f"routing[{i}]")
+        _check_distinct(ids, f"routing[{i}]")
         arrays.append(ids)
     _check_layers_k(num_layers, top_k, num_experts)
     lengths = np.array([a.shape[0] for a in arrays], dtype=np.int64)
@@ -157,7 +178,6 @@ def demand_from_samples(routing: Sequence, num_experts: int, num_layers: int | N
         ids = np.concatenate(arrays[start:stop], axis=0)
         sample = np.repeat(np.arange(start, stop, dtype=np.int64), lengths[start:stop])
         _count(sample, ids, stop - start, num_experts, demand, start)
-    _check_top_k_distinct(demand, lengths, "routing")
     return Replay(lengths, compact_counts(demand), int(top_k))
 
 
@@ -213,8 +233,8 @@ def demand_from_padded(routing, mask=None, num_experts: int | None = None,
         sample, token = sample_all[rows], token_all[rows]
         chunk = ids[sample, token]  # [M, L, k]
         _check_ids(chunk, num_experts, "routing", sample_of=sample, token_of=token)
+        _check_distinct(chunk, "routing", sample_of=sample, token_of=token)
         _count(sample, chunk, stop - start, num_experts, demand, start)
-    _check_top_k_distinct(demand, lengths, "routing")
     return Replay(lengths, compact_counts(demand), int(k))
 
 
@@ -329,12 +349,3 @@ def _check_layers_k(num_layers: int, k: int, num_experts: int) -> None:
     require(num_layers >= 1, "routing", "has no layers")
     require(1 <= k <= num_experts, "routing", f"has k={k} experts per token; needs 1 <= k <= E={num_experts}")
 
-
-def _check_top_k_distinct(demand: np.ndarray, lengths: np.ndarray, field: str) -> None:
-    """A token picks an expert at most once, so a[i,l,e] <= T_i; a larger count means some
-    token lists the same expert twice."""
-    over = demand > lengths[:, None, None]
-    if over.any():
-        i, l, e = np.argwhere(over)[0]
-        raise InputError(f"{field}[{i}]", f"expert {e} at layer {l} gets {demand[i, l, e]} tokens from a sample of "
-                                          f"{lengths[i]} tokens: some token lists an expert twice")

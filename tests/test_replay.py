@@ -68,12 +68,28 @@ def test_counts_and_dispatch():
     (lambda r: [r[0], r[1][0]], r"^routing\[1\]: must be \[T, L, k\]"),
     (lambda r: [r[0].astype(float) + 0.5, r[1]], r"^routing\[0\]: holds a non-integer expert id$"),
     (lambda r: [[[[0, 1], [2]]], r[1]], r"^routing\[0\]: "),
-    (lambda r: [np.array([[[0, 0], [1, 2]]]), r[1]], r"^routing\[0\]: expert 0 at layer 0 gets 2 tokens"),
+    (lambda r: [np.array([[[0, 0], [1, 2]]]), r[1]],
+     r"^routing\[0\]: token 0 lists expert 0 twice at layer 0 \(top-k ids must be distinct\)$"),
 ])
 def test_per_sample_errors_name_the_sample(bad, message):
     routing, _ = hand_routing()
     with pytest.raises(InputError, match=message):
         demand_from_samples(bad(routing), 4)
+
+
+def test_repeated_expert_within_a_token_is_refused():
+    """A token picks k distinct experts. Sample of 2 tokens, L=1, k=2, E=4: token 0 lists
+    {0, 0}, token 1 {1, 2}. The counts [2, 1, 1, 0] stay within T_i = 2 per expert and sum
+    to k T_i = 4, so a check on the counts alone let the repeat through; per-sample and
+    padded routing now name the token."""
+    bad = np.array([[[0, 0]], [[1, 2]]])
+    with pytest.raises(InputError, match=r"^routing\[0\]: token 0 lists expert 0 twice at layer 0 "):
+        replay([bad], num_experts=4)
+    padded = np.zeros((2, 3, 1, 2), dtype=np.int64)
+    padded[:, :, :, 1] = 1
+    padded[1, 1:] = bad  # sample 1, tokens 1 and 2 (token 0 is padding)
+    with pytest.raises(InputError, match=r"^routing\[1\]: token 1 lists expert 0 twice at layer 0 "):
+        replay(padded, mask=[[1, 1, 1], [0, 1, 1]], num_experts=4)
 
 
 def test_padded_errors():
