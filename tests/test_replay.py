@@ -92,6 +92,23 @@ def test_repeated_expert_within_a_token_is_refused():
         replay(padded, mask=[[1, 1, 1], [0, 1, 1]], num_experts=4)
 
 
+def test_unreadable_arrays_are_one_line():
+    """What numpy cannot read is bad input naming the argument, in every form: a ragged mask
+    (sample 1 has 2 entries, sample 0 has 3) raised numpy's ValueError, and a padded batch
+    or counts given as a torch tensor numpy cannot take (here on the 'meta' device, as one
+    on a GPU) a TypeError traceback; per-sample tensors were already named."""
+    padded = np.zeros((2, 3, 1, 1), dtype=np.int64)
+    with pytest.raises(InputError, match=r"^mask: cannot be read as an array \(ValueError: "):
+        replay(padded, mask=[[1, 1, 1], [1, 1]], num_experts=2)
+    with pytest.raises(InputError, match=r"^lengths: cannot be read as an array \(ValueError: "):
+        demand_from_counts(np.ones((2, 1, 2)), lengths=[[1], [1, 2]])
+    torch = pytest.importorskip("torch")
+    for form in (torch.zeros((2, 3, 1, 1), dtype=torch.int64, device="meta"),   # padded
+                 torch.zeros((2, 1, 2), dtype=torch.int64, device="meta")):     # counts
+        with pytest.raises(InputError, match=r"^routing: cannot be read as an array \(TypeError: .*Tensor.cpu\(\)"):
+            replay(form, num_experts=2, top_k=1)
+
+
 def test_padded_errors():
     routing, _ = hand_routing()
     padded = np.zeros((2, 3, 2, 2), dtype=np.int64)
