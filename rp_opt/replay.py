@@ -281,6 +281,8 @@ def demand_from_counts(counts, num_experts: int | None = None, num_layers: int |
     counts = _read_array(counts, "counts")
     require(counts.ndim == 3, "counts", f"must be [N, L, E], got shape {counts.shape}")
     require(counts.shape[0] >= 1, "counts", "is empty: a window needs at least one sample")
+    require(counts.shape[1] >= 1 and counts.shape[2] >= 1, "counts",
+            f"shape {counts.shape} has no layers or no experts")
     if num_experts is not None:
         require(counts.shape[2] == num_experts, "counts", f"has {counts.shape[2]} experts, expected E={num_experts}")
     if num_layers is not None:
@@ -302,9 +304,22 @@ def demand_from_counts(counts, num_experts: int | None = None, num_layers: int |
         odd = np.flatnonzero(tokens % top_k != 0)
         if odd.size:
             raise InputError(f"counts[{odd[0]}]", f"routes {tokens[odd[0]]} tokens per layer, not a multiple of k={top_k}")
+        empty = np.flatnonzero(tokens == 0)
+        if empty.size:
+            raise InputError(f"counts[{empty[0]}]", "routes no tokens; every sample needs >= 1 token "
+                                                    "(give lengths for a partial replay)")
         lengths = tokens // top_k
     lengths = _read_array(lengths, "lengths")
     require(lengths.shape == (counts.shape[0],), "lengths", f"must have shape ({counts.shape[0]},), got {lengths.shape}")
+    if lengths.dtype.kind == "f":  # integral floats count; 2.5 was truncated to 2, NaN read as -2^63
+        odd = np.flatnonzero(~(np.isfinite(lengths) & (lengths == np.round(lengths)) & (np.abs(lengths) < 2.0**62)))
+        if odd.size:
+            raise InputError("lengths", f"sample {odd[0]} has length {lengths[odd[0]]}, not an integer")
+    elif lengths.dtype.kind not in "iu":
+        raise InputError("lengths", f"must be integers, got dtype {lengths.dtype}")
+    short = np.flatnonzero(lengths < 1)
+    if short.size:
+        raise InputError("lengths", f"sample {short[0]} has length {lengths[short[0]]}; every sample needs >= 1 token")
     return Replay(lengths.astype(np.int64), demand, top_k)
 
 

@@ -109,6 +109,32 @@ def test_unreadable_arrays_are_one_line():
             replay(form, num_experts=2, top_k=1)
 
 
+@pytest.mark.parametrize("lengths, top_k, message", [
+    ([2.5, 1], None, r"^lengths: sample 0 has length 2.5, not an integer$"),      # was read as 2
+    ([3, float("nan")], None, r"^lengths: sample 1 has length nan, not an integer$"),  # was -2^63
+    ([3, 0], None, r"^lengths: sample 1 has length 0; every sample needs >= 1 token$"),
+    (["3", "1"], None, r"^lengths: must be integers, got dtype <U1$"),              # was a ValueError
+])
+def test_counts_lengths_are_checked(lengths, top_k, message):
+    """Lengths given with counts (the hand routing's a: T = [3, 1], k = 2) are integers >= 1;
+    an integral float (3.0) counts."""
+    _, demand = hand_routing()
+    with pytest.raises(InputError, match=message):
+        demand_from_counts(demand, lengths=lengths, top_k=top_k)
+    assert demand_from_counts(demand, lengths=[3.0, 1.0]).lengths.tolist() == [3, 1]
+
+
+def test_counts_without_layers_experts_or_tokens():
+    """Counts of shape [1, 0, 2] raised an IndexError (lengths from layer 0); [1, 1, 0] and a
+    sample routing no token with top_k given came back as a replay Window then refused."""
+    with pytest.raises(InputError, match=r"^counts: shape \(1, 0, 2\) has no layers or no experts$"):
+        demand_from_counts(np.zeros((1, 0, 2), dtype=np.int64), top_k=1)
+    with pytest.raises(InputError, match=r"^counts: shape \(1, 1, 0\) has no layers or no experts$"):
+        demand_from_counts(np.zeros((1, 1, 0), dtype=np.int64), lengths=[1])
+    with pytest.raises(InputError, match=r"^counts\[1\]: routes no tokens; every sample needs >= 1 token"):
+        demand_from_counts(np.array([[[1, 1]], [[0, 0]]]), top_k=2)
+
+
 def test_padded_errors():
     routing, _ = hand_routing()
     padded = np.zeros((2, 3, 2, 2), dtype=np.int64)
