@@ -27,7 +27,7 @@ import numpy as np
 from .errors import InputError, _bad, require
 from .result import Plan
 from .solution import Layout, Placement
-from .window import Cluster, CostModel, Instance, Window
+from .window import MAX_CAPACITY, Cluster, CostModel, Instance, Window
 
 FORMAT = "rp-opt-window/1"
 
@@ -91,9 +91,6 @@ def save_instance(path: str | os.PathLike, instance: Instance) -> None:
         for name, array in arrays.items():
             with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
                 np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
-
-
-MAX_CAPACITY = 2**31 - 1  # tokens per cell; the certifier's bounds compute in int64
 
 
 def cluster_from_meta(data) -> Cluster:

@@ -150,6 +150,9 @@ class Window:
         return Window(self.lengths[samples], self.demand[samples], self.top_k, self.attn_work[samples])
 
 
+MAX_CAPACITY = 2**31 - 1  # tokens per cell; the certifier's bounds and the baselines compute in int64
+
+
 @dataclass(frozen=True)
 class Cluster:
     """Parallel layout of the trainer.
@@ -163,7 +166,7 @@ class Cluster:
     ep
         P, EP ranks per shard.
     capacity
-        C, token capacity of one cell (microbatch).
+        C, token capacity of one cell (microbatch), at most :data:`MAX_CAPACITY`.
     max_samples_per_cell
         m, most samples in one cell, or None for no limit.
     """
@@ -177,6 +180,9 @@ class Cluster:
     def __post_init__(self):
         for name in ("dp", "edp", "ep", "capacity"):
             object.__setattr__(self, name, integer(f"cluster.{name}", getattr(self, name), 1))
+        # what the window file refuses too (rp_opt.io): 2^63 overflowed the baselines and the exact solver
+        require(self.capacity <= MAX_CAPACITY, "cluster.capacity",
+                f"must be at most {MAX_CAPACITY} tokens, got {self.capacity!r}")
         require(self.dp % self.edp == 0, "cluster.edp", f"G={self.edp} does not divide D={self.dp}")
         object.__setattr__(self, "max_samples_per_cell",
                            integer("cluster.max_samples_per_cell", self.max_samples_per_cell, 1, none=True))

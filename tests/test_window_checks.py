@@ -107,3 +107,14 @@ def test_whole_floats_are_integers_everywhere():
 def test_stage_accepts_numpy_numbers():
     stage = Stage("s", np.int64(2), np.float32(0.5), np.float64(0.0))
     assert (stage.layers, stage.alpha, stage.beta) == (2, 0.5, 0.0)
+
+
+def test_cluster_capacity_beyond_the_file_limit_refused():
+    """A capacity of 2^63 built in Python (the window file already refused it) reached the
+    baselines and the exact solver as an OverflowError traceback; Cluster now refuses what
+    a window file cannot hold (C <= 2^31 - 1), so every saved instance loads again."""
+    from rp_opt.window import MAX_CAPACITY
+
+    assert Cluster(1, 1, 1, MAX_CAPACITY).capacity == 2**31 - 1
+    with pytest.raises(InputError, match=r"^cluster.capacity: must be at most 2147483647 tokens, got 9223372036854775808$"):
+        Cluster(1, 1, 1, 2**63)
