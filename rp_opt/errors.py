@@ -152,6 +152,19 @@ def switch(field: str, value, *, text: bool = False) -> bool:
     raise _bad(field, value, "true or false")
 
 
+def read_array(value, field: str, dtype=None) -> np.ndarray:
+    """``np.asarray(value, dtype)``, or a one-line :class:`InputError` on ``field`` when
+    numpy cannot read it (ragged nested lists, a torch tensor on a device or of dtype
+    bfloat16, strings as numbers)."""
+    try:
+        return np.asarray(value, dtype=dtype)
+    except Exception as exc:  # torch tensors on a device, ragged lists, odd objects
+        reason = " ".join(str(exc).split())
+        reason = f"{type(exc).__name__}: {reason[:117] + '...' if len(reason) > 120 else reason}" if reason \
+            else type(exc).__name__
+        raise InputError(field, f"cannot be read as an array ({reason})") from None
+
+
 # ------------------------------------------------------------------ helpers
 def is_none(value, text: bool) -> bool:
     """True for None and, with ``text``, the strings "none" and "null" (any case, blanks

@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import InputError, integer, require
+from .errors import InputError, integer, read_array, require
 from .window import Window, compact_counts
 
 _CHUNK_KEYS = 1 << 24  # counts per bincount call (128 MB of int64)
@@ -53,20 +53,8 @@ class Replay:
         return Window(self.lengths, self.demand, k, attn_work)
 
 
-def _read_array(value, field: str) -> np.ndarray:
-    """``np.asarray(value)``, or a one-line :class:`InputError` on ``field`` when numpy
-    cannot read it (ragged nested lists, a torch tensor on a device or of dtype bfloat16)."""
-    try:
-        return np.asarray(value)
-    except Exception as exc:  # torch tensors on a device, ragged lists, odd objects
-        reason = " ".join(str(exc).split())
-        reason = f"{type(exc).__name__}: {reason[:117] + '...' if len(reason) > 120 else reason}" if reason \
-            else type(exc).__name__
-        raise InputError(field, f"cannot be read as an array ({reason})") from None
-
-
 def _as_int_array(value, field: str) -> np.ndarray:
-    array = _read_array(value, field)
+    array = read_array(value, field)
     if array.dtype == object:
         raise InputError(field, "is ragged (nested lists of different lengths)")
     if array.dtype.kind == "b" or array.dtype.kind not in "iuf":
@@ -221,7 +209,7 @@ def demand_from_padded(routing, mask=None, num_experts: int | None = None,
     _check_layers_k(num_layers_seen, k, num_experts)
     if mask is None:
         mask = np.ones((b, s), dtype=bool)
-    mask = _read_array(mask, "mask")
+    mask = read_array(mask, "mask")
     require(mask.shape == (b, s), "mask", f"must have shape (B, S) = ({b}, {s}), got {mask.shape}")
     require(mask.dtype.kind in "biu" or (mask.dtype.kind == "f" and bool(np.all((mask == 0) | (mask == 1)))),
             "mask", f"must hold 0/1, got dtype {mask.dtype}")
@@ -278,7 +266,7 @@ def demand_from_counts(counts, num_experts: int | None = None, num_layers: int |
     num_experts = integer("num_experts", num_experts, low=1, none=True)
     num_layers = integer("num_layers", num_layers, low=1, none=True)
     top_k = integer("top_k", top_k, low=1, none=True)
-    counts = _read_array(counts, "counts")
+    counts = read_array(counts, "counts")
     require(counts.ndim == 3, "counts", f"must be [N, L, E], got shape {counts.shape}")
     require(counts.shape[0] >= 1, "counts", "is empty: a window needs at least one sample")
     require(counts.shape[1] >= 1 and counts.shape[2] >= 1, "counts",
@@ -309,7 +297,7 @@ def demand_from_counts(counts, num_experts: int | None = None, num_layers: int |
             raise InputError(f"counts[{empty[0]}]", "routes no tokens; every sample needs >= 1 token "
                                                     "(give lengths for a partial replay)")
         lengths = tokens // top_k
-    lengths = _read_array(lengths, "lengths")
+    lengths = read_array(lengths, "lengths")
     require(lengths.shape == (counts.shape[0],), "lengths", f"must have shape ({counts.shape[0]},), got {lengths.shape}")
     if lengths.dtype.kind == "f":  # integral floats count; 2.5 was truncated to 2, NaN read as -2^63
         odd = np.flatnonzero(~(np.isfinite(lengths) & (lengths == np.round(lengths)) & (np.abs(lengths) < 2.0**62)))
@@ -342,7 +330,7 @@ def replay(routing, *, num_experts: int, mask=None, num_layers: int | None = Non
     if isinstance(routing, (list, tuple)):
         require(mask is None, "mask", "is only used with a padded [B, S, L, k] batch")
         return demand_from_samples(routing, num_experts, num_layers, top_k)
-    array = _read_array(routing, "routing")
+    array = read_array(routing, "routing")
     if array.ndim == 4:
         return demand_from_padded(array, mask, num_experts, num_layers)
     if array.ndim == 3:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import InputError, integer, number, require
+from .errors import InputError, integer, number, read_array, require
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -65,7 +65,7 @@ class Window:
     attn_work: np.ndarray | None = None
 
     def __post_init__(self):
-        lengths = np.asarray(self.lengths)
+        lengths = read_array(self.lengths, "lengths")
         require(lengths.ndim == 1, "lengths", f"must be 1-D [N], got shape {lengths.shape}")
         require(lengths.size >= 1, "lengths", "is empty: a window needs at least one sample")
         if lengths.dtype.kind == "f":
@@ -78,7 +78,7 @@ class Window:
             raise InputError("lengths", f"sample {short[0]} has length {lengths[short[0]]}; every sample needs >= 1 token")
         n = lengths.size
 
-        demand = np.asarray(self.demand)
+        demand = read_array(self.demand, "demand")
         require(demand.ndim == 3, "demand", f"must be 3-D [N, L, E], got shape {demand.shape}")
         require(demand.shape[0] == n, "demand", f"has {demand.shape[0]} samples but lengths has {n}")
         require(demand.shape[1] >= 1 and demand.shape[2] >= 1, "demand", f"shape {demand.shape} has no layers or no experts")
@@ -90,7 +90,9 @@ class Window:
         if self.attn_work is None:
             attn_work = lengths.astype(np.float64) ** 2
         else:
-            attn_work = np.asarray(self.attn_work, dtype=np.float64)
+            attn_work = read_array(self.attn_work, "attn_work")
+            require(attn_work.dtype.kind in "iuf", "attn_work", f"must be real numbers, got dtype {attn_work.dtype}")
+            attn_work = attn_work.astype(np.float64)
             require(attn_work.shape == (n,), "attn_work", f"must have shape ({n},), got {attn_work.shape}")
             require(bool(np.all(np.isfinite(attn_work))), "attn_work", "holds a non-finite value")
             neg = np.flatnonzero(attn_work < 0)

@@ -118,3 +118,20 @@ def test_cluster_capacity_beyond_the_file_limit_refused():
     assert Cluster(1, 1, 1, MAX_CAPACITY).capacity == 2**31 - 1
     with pytest.raises(InputError, match=r"^cluster.capacity: must be at most 2147483647 tokens, got 9223372036854775808$"):
         Cluster(1, 1, 1, 2**63)
+
+
+@pytest.mark.parametrize("field, kwargs, message", [
+    ("lengths", dict(lengths=[[10], [20, 1]]), r"^lengths: cannot be read as an array \(ValueError: "),
+    ("demand", dict(demand=[[[1, 1]], [[1]]]), r"^demand: cannot be read as an array \(ValueError: "),
+    ("attn_work", dict(attn_work=[[1.0], [1.0, 2.0]]), r"^attn_work: cannot be read as an array \(ValueError: "),
+    ("attn_work", dict(attn_work=["a", "b"]), r"^attn_work: must be real numbers, got dtype <U1$"),
+    ("attn_work", dict(attn_work=[1j, 2.0]), r"^attn_work: must be real numbers, got dtype complex128$"),
+])
+def test_unreadable_window_arrays_are_one_line(field, kwargs, message):
+    """Two samples of 10 and 20 tokens, L=1, E=2. Ragged lists raised numpy's ValueError,
+    non-numeric attention work a ValueError (strings) or TypeError (complex); each is now
+    an InputError naming the array."""
+    args = dict(lengths=[10, 20], demand=[[[1, 1]], [[2, 0]]], top_k=1, attn_work=None) | kwargs
+    with pytest.raises(InputError, match=message):
+        Window(args["lengths"], args["demand"], args["top_k"], args["attn_work"])
+    assert Window([10, 20], [[[1, 1]], [[2, 0]]], 1, [100, 400.0]).attn_work.tolist() == [100.0, 400.0]
