@@ -213,8 +213,11 @@ def test_forms_agree_with_a_direct_count(data):
     assert np.array_equal(demand_from_counts(direct, top_k=k).lengths, rep.lengths)
 
 
-def test_chunked_counting_matches(monkeypatch):
-    """Counting in chunks of samples (production windows) gives the same counts."""
+@pytest.mark.parametrize("slice_keys", [None, 5, 40])
+def test_chunked_counting_matches(monkeypatch, slice_keys):
+    """Counting in chunks of samples (production windows), and each chunk's ids in slices
+    of a few tokens (one token, 3 L x 4 k = 12 ids, when the slice is smaller), gives the
+    same counts."""
     rng = np.random.default_rng(1)
     routing = [np.argsort(rng.random((t, 3, 16)), axis=2)[:, :, :4] for t in rng.integers(1, 30, 25)]
     whole = demand_from_samples(routing, 16).demand
@@ -224,6 +227,8 @@ def test_chunked_counting_matches(monkeypatch):
         padded[i, :len(r)] = r
         mask[i, :len(r)] = True
     monkeypatch.setattr(rp, "_CHUNK_KEYS", 100)  # 2 samples per chunk
+    if slice_keys is not None:
+        monkeypatch.setattr(rp, "_SLICE_KEYS", slice_keys)
     assert np.array_equal(demand_from_samples(routing, 16).demand, whole)
     assert np.array_equal(demand_from_padded(padded, mask, 16).demand, whole)
 
