@@ -90,7 +90,9 @@ def test_planner_with_zero_cost_model():
     cost = {"stages": [{"name": "linear", "layers": 4, "alpha": 0.0, "beta": 0.0}], "gamma": 0.0}
     planner = Planner(cluster, cost, mode="heuristic", time_limit=1.0, solver_options={"workers": 1})
     rng = np.random.default_rng(0)
-    step = planner.plan(routing=[rng.integers(0, 8, size=(50 + 10 * i, 4, 2)) for i in range(8)], num_experts=8)
+    # top-2 of 8 experts, two distinct ids per token (the adapter refuses a repeat)
+    routing = [np.argsort(rng.random((50 + 10 * i, 4, 8)), axis=2)[:, :, :2] for i in range(8)]
+    step = planner.plan(routing=routing, num_experts=8)
     assert check(step.instance, step.plan).valid
     assert step.score[0] == 0.0 and step.gap == 0.0 and step.status == "optimal"
 
