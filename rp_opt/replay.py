@@ -88,8 +88,16 @@ def _check_distinct(ids: np.ndarray, field: str, sample_of: np.ndarray | None = 
     distinct experts); ``ids`` as for :func:`_check_ids`. Counts alone catch a repeat only
     when it lifts an expert above T_i tokens (``[[0, 0], [1, 2]]`` of a 2-token sample
     counts [2, 1, 1] and passed)."""
-    if ids.shape[2] < 2:
+    k = ids.shape[2]
+    if k < 2:
         return
+    if k <= 8:
+        # the k (k - 1) / 2 comparisons of contiguous columns take about half the time of a
+        # sort along the short last axis (10^8 ids, k = 8: 0.36 s against 0.65 s); the sort
+        # below then only names the repeat
+        columns = [np.ascontiguousarray(ids[:, :, j]) for j in range(k)]
+        if not any(np.any(columns[a] == columns[b]) for a in range(k) for b in range(a + 1, k)):
+            return
     ordered = np.sort(ids, axis=2)
     repeat = ordered[:, :, 1:] == ordered[:, :, :-1]
     if not repeat.any():

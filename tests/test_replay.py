@@ -92,6 +92,21 @@ def test_repeated_expert_within_a_token_is_refused():
         replay(padded, mask=[[1, 1, 1], [0, 1, 1]], num_experts=4)
 
 
+@pytest.mark.parametrize("k", [2, 3, 8, 9, 12])
+def test_repeat_found_at_any_position_and_top_k(k):
+    """Both ways of finding a repeat (column pairs for k <= 8, a sort above) see one at
+    any two positions of a token's k ids, and pass k distinct ids. Sample of 3 tokens,
+    L = 2, E = 16: token 2 at layer 1 repeats its id at positions a < b."""
+    rng = np.random.default_rng(k)
+    ids = np.argsort(rng.random((3, 2, 16)), axis=2)[:, :, :k]
+    assert replay([ids], num_experts=16).lengths.tolist() == [3]
+    for a, b in [(0, 1), (0, k - 1), (k - 2, k - 1)]:
+        bad = ids.copy()
+        bad[2, 1, b] = bad[2, 1, a]
+        with pytest.raises(InputError, match=rf"^routing\[0\]: token 2 lists expert {bad[2, 1, a]} twice at layer 1 "):
+            replay([bad], num_experts=16)
+
+
 def test_unreadable_arrays_are_one_line():
     """What numpy cannot read is bad input naming the argument, in every form: a ragged mask
     (sample 1 has 2 entries, sample 0 has 3) raised numpy's ValueError, and a padded batch
