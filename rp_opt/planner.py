@@ -143,7 +143,9 @@ class StepPlan:
 
 def load_cost(cost) -> tuple[CostModel | None, object | None]:
     """(cost model, model spec) from a CostModel, a dict, a JSON path (``rp-opt calibrate -o``)
-    or a model spec name (the model is then None: built per window from the spec)."""
+    or a model spec name (the model is then None: built per window from the spec). A path
+    that exists and does not end in ``.toml`` is read as a cost file whatever its name (a
+    spec name would call it an unknown model)."""
     if isinstance(cost, CostModel):
         return cost, None
     if isinstance(cost, dict):
@@ -151,7 +153,7 @@ def load_cost(cost) -> tuple[CostModel | None, object | None]:
     require(isinstance(cost, (str, os.PathLike)), "cost",
             f"must be a CostModel, a dict, a cost JSON file or a model name, got {type(cost).__name__}")
     path = os.fspath(cost)
-    if path.endswith(".json"):
+    if path.endswith(".json") or (os.path.exists(path) and not path.endswith(".toml")):
         from .io import read_json
 
         return CostModel.from_dict(read_json(path, "cost")), None

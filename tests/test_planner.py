@@ -296,3 +296,16 @@ def test_example_script_runs_as_written():
     lines = out.stdout.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == ["step 0", "step 1"]
     assert "warm start: placement" in lines[1]
+
+
+def test_cost_file_under_any_name(tmp_path):
+    """A cost file is read whatever its name (``rp-opt calibrate -o cost.txt``); a name
+    that is no file stays a model spec name. One rule for the Planner and the CLI."""
+    from rp_opt.planner import load_cost
+
+    model = CostModel((Stage("softmax", 4, 1.0, 0.5),), 0.25)
+    path = tmp_path / "cost.txt"
+    path.write_text(json.dumps(model.to_dict()))
+    assert load_cost(str(path)) == (model, None)
+    loaded, spec = load_cost("ling-tiny-like")
+    assert loaded is None and spec.name == "ling-tiny-like"

@@ -59,15 +59,7 @@ def load_cost(cost: str, num_layers: int):
     from ..planner import load_cost as planner_cost
 
     try:
-        if os.path.exists(cost) and not cost.endswith((".json", ".toml")):
-            # a cost file under another name, or a directory: read as the file it names
-            # (the planner's loader would take it for a model spec name and call it unknown)
-            from ..io import read_json
-            from ..window import CostModel
-
-            model, spec = CostModel.from_dict(read_json(cost, "cost")), None
-        else:
-            model, spec = planner_cost(cost)
+        model, spec = planner_cost(cost)
         if model is None:
             from ..models import cost_from_spec
 
