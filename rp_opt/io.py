@@ -17,7 +17,6 @@ Every problem is reported as :class:`~rp_opt.errors.InputError` naming the field
 from __future__ import annotations
 
 import json
-import numbers
 import os
 import zipfile
 import zlib
@@ -27,7 +26,7 @@ import numpy as np
 from .errors import InputError, _bad, require
 from .result import Plan
 from .solution import Layout, Placement
-from .window import MAX_CAPACITY, Cluster, CostModel, Instance, Window
+from .window import Cluster, CostModel, Instance, Window
 
 FORMAT = "rp-opt-window/1"
 
@@ -94,14 +93,12 @@ def save_instance(path: str | os.PathLike, instance: Instance) -> None:
 
 
 def cluster_from_meta(data) -> Cluster:
-    """The :class:`Cluster` of an instance file's ``meta.cluster`` object (a capacity
-    above :data:`MAX_CAPACITY` is refused: it overflowed the row certifier)."""
+    """The :class:`Cluster` of an instance file's ``meta.cluster`` object (:class:`Cluster`
+    refuses a capacity above :data:`~rp_opt.window.MAX_CAPACITY`: it overflowed the row
+    certifier)."""
     require(isinstance(data, dict), "meta.cluster", "is missing or not an object")
     for key in ("dp", "edp", "ep", "capacity"):
         require(key in data, f"cluster.{key}", "is missing")
-    capacity = data["capacity"]
-    if isinstance(capacity, numbers.Real) and not isinstance(capacity, bool) and capacity > MAX_CAPACITY:
-        raise InputError("cluster.capacity", f"must be at most {MAX_CAPACITY} tokens, got {capacity!r}")
     return Cluster(data["dp"], data["edp"], data["ep"], data["capacity"], data.get("max_samples_per_cell"))
 
 
