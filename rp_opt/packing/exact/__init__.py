@@ -450,11 +450,14 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
 def _result(instance, placement, obj, out, start, start_score, stats, t0, solver_name, num_rows) -> Result:
     """Assemble a :class:`Result` from a model outcome (shared with the joint model)."""
     levels = out.levels
-    # per level: its own status (a HiGHS level downgraded to feasible says so), then what
-    # the solver said of its solve ("solver_status": CP-SAT's or HiGHS's name)
-    stats["levels"] = [{**{k: v for k, v in o.stats.items() if k != "status"},
-                        **({"solver_status": o.stats["status"]} if "status" in o.stats else {}),
-                        "status": o.status, "value": o.value, "bound": o.bound} for o in levels]
+    # per level: its own status (a HiGHS level downgraded to feasible says so); what the
+    # solver said of its solve moves to "solver_status" (CP-SAT's or HiGHS's name)
+    stats["levels"] = []
+    for o in levels:
+        entry = dict(o.stats)
+        if "status" in entry:
+            entry["solver_status"] = entry.pop("status")
+        stats["levels"].append({**entry, "status": o.status, "value": o.value, "bound": o.bound})
     stats["rounding"] = list(out.rounding)
     stats["start_score"] = None if start_score is None else list(start_score)
     layout = out.layout
