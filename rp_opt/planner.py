@@ -232,7 +232,7 @@ class Planner:
         self.objective = get_objective(objective).name
         from .packing.anneal import check_option
 
-        self.seed = check_option("seed", seed)  # an integer >= 0, checked here rather than at step 1
+        self.seed = check_option("seed", seed)  # in [0, 2^31 - 1], checked here rather than at step 1
         self.warm_start = switch("warm_start", warm_start)
         self.fallback = switch("fallback", fallback)
         self.solver_options = dict(solver_options or {})
