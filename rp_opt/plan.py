@@ -58,15 +58,11 @@ def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed:
     objective = get_objective(objective)
     # the options go to the heuristic: check them (and the limit, the seed) before anything runs
     time_limit, seed, workers, options = heuristic_inputs(time_limit, seed, workers, options)
-    heuristic = get_solver("heuristic")
-    try:
-        exact = get_solver("exact")
-    except Exception:  # the exact solver is not installed in this tree
-        exact = None
+    heuristic, exact = get_solver("heuristic"), get_solver("exact")
     # R* >= the L1 row bound: when even that makes the exact model too large, the heuristic
     # runs once with the whole budget (no second run recomputing placement, R*, rank demand)
     low_size = instance.window.num_samples * _l1_rows(instance) * instance.cluster.dp
-    if exact is not None and low_size > EXACT_MAX_BOOLEANS:
+    if low_size > EXACT_MAX_BOOLEANS:
         guess = heuristic(instance, objective=objective, time_limit=time_limit, seed=seed, warm_start=warm_start,
                           placement=placement, workers=workers, **options)
         guess.stats.update(auto_choice="heuristic",
@@ -75,28 +71,26 @@ def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed:
                       guess.stats)
     small_budget = min(1.0, 0.25 * time_limit)
     # the heuristic runs first in both branches: in the exact branch its plan is the MIP start
-    guess = heuristic(instance, objective=objective, time_limit=time_limit if exact is None else small_budget,
-                      seed=seed, warm_start=warm_start, placement=placement, workers=workers, **options)
-    if guess.stats.get("interrupted"):  # Ctrl-C: return the heuristic's plan, run nothing more
+    guess = heuristic(instance, objective=objective, time_limit=small_budget, seed=seed, warm_start=warm_start,
+                      placement=placement, workers=workers, **options)
+    # no plan (infeasible window, R* not found) or Ctrl-C: return the heuristic's result as it is
+    if guess.plan is None or guess.stats.get("interrupted"):
         return Result(guess.status, guess.plan, guess.score, guess.bound, time.perf_counter() - started, "auto",
                       guess.stats)
     num_rows = guess.plan.num_rows
     size = exact_size(instance, num_rows)
-    if exact is None:
-        choice, reason = "heuristic", "the exact solver is not available"
-    elif size > EXACT_MAX_BOOLEANS:
+    if size > EXACT_MAX_BOOLEANS:
         choice, reason = "heuristic", f"N*R*D = {size} > {EXACT_MAX_BOOLEANS}: too large for the exact model"
     else:
         choice, reason = "exact", f"N*R*D = {size} <= {EXACT_MAX_BOOLEANS}: exact model, heuristic MIP start"
     if choice == "heuristic":
-        if exact is not None:
-            # use the rest of the budget for the heuristic proper
-            left = time_limit - (time.perf_counter() - started)
-            if left > 0.5:
-                again = heuristic(instance, objective=objective, time_limit=left, seed=seed,
-                                  warm_start=guess.plan, workers=workers, **options)
-                if again.score <= guess.score:
-                    guess = again
+        # use the rest of the budget for the heuristic proper
+        left = time_limit - (time.perf_counter() - started)
+        if left > 0.5:
+            again = heuristic(instance, objective=objective, time_limit=left, seed=seed,
+                              warm_start=guess.plan, workers=workers, **options)
+            if again.score <= guess.score:
+                guess = again
         # whether the second run happens depends on the wall clock
         guess.stats.update(auto_choice=choice, auto_reason=reason, deterministic=False)
         return Result(guess.status, guess.plan, guess.score, guess.bound, time.perf_counter() - started, "auto",

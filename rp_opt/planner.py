@@ -25,7 +25,7 @@ import numpy as np
 
 from .cost import get_objective, score
 from .errors import InputError, integer, number, require, switch
-from .result import Plan, Result
+from .result import INFEASIBLE, Plan, Result
 from .solution import Layout, Placement
 from .window import Cluster, CostModel, Instance, Window
 
@@ -57,8 +57,7 @@ class StepPlan:
     result
         The solver's :class:`~rp_opt.result.Result` (its placement is not relabelled).
     certificate
-        The R* certificate (:class:`rp_opt.rows.RowCertificate`), or None when the certifier
-        is not installed.
+        The R* certificate (:class:`rp_opt.rows.RowCertificate`).
     migration
         :class:`rp_opt.materialise.MigrationPlan` from the placement in force to ``plan.placement``.
     timings
@@ -102,7 +101,7 @@ class StepPlan:
 
     @property
     def r_star(self) -> int | None:
-        return None if self.certificate is None else self.certificate.r_star
+        return self.certificate.r_star
 
     @property
     def score(self) -> tuple[float, ...]:
@@ -380,7 +379,7 @@ class Planner:
 
         solver = get_solver(name)
         options = dict(self.solver_options)
-        if certificate is not None and certificate.r_star is not None:
+        if certificate.r_star is not None:
             # R* is proven once per step; every registered planner takes it as ``num_rows``
             options.setdefault("num_rows", certificate.r_star)
         if name not in _FIXED_PLACEMENT:
@@ -426,14 +425,11 @@ class Planner:
 
     # ---------------------------------------------------------------- helpers
     def _certify(self, window: Window):
-        try:
-            from .rows import certify_rows
-        except ImportError:  # the certifier is optional until it lands
-            return None
+        from .rows import certify_rows
+
         cert = certify_rows(window, self.cluster, time_limit=self.certify_share * self.time_limit)
-        if cert.r_star is None and cert.status == "infeasible":
-            reason = cert.reason or "no layout exists"
-            raise InputError("window", reason + (f"; {cert.fix}" if cert.fix else ""))
+        if cert.status == INFEASIBLE:
+            raise InputError("window", cert.no_rows()[1])
         return cert
 
     def _warm_start(self, instance: Instance, certificate) -> tuple[Plan | None, Placement | None, str | None]:
@@ -452,11 +448,11 @@ class Planner:
         if prev.placement.ranks.shape != (window.num_layers, window.num_experts):
             return None, None, None
         seed = _seed_placement(window, prev.placement)
-        r_star = None if certificate is None else certificate.r_star
+        r_star = certificate.r_star
         layout, kind = None, "placement"
         if _layout_fits(prev.layout, window, cluster) and (r_star is None or prev.layout.num_rows == r_star):
             layout, kind = prev.layout, "layout"
-        elif certificate is not None and certificate.witness is not None and \
+        elif certificate.witness is not None and \
                 (r_star is None or certificate.witness.num_rows == r_star):
             layout = certificate.witness
         if layout is None:
@@ -467,10 +463,8 @@ class Planner:
 
 def _seed_placement(window: Window, previous: Placement) -> Placement:
     """Per layer, the better of LPT + local search and local search from ``previous``."""
-    try:
-        from .placement import layer_rank_loads, local_search_placement
-    except ImportError:  # pragma: no cover - the placement package is part of the tree
-        return previous
+    from .placement import layer_rank_loads, local_search_placement
+
     load = window.expert_load()
     fresh = local_search_placement(window, previous.num_ranks)
     kept = local_search_placement(window, previous.num_ranks, start=previous)

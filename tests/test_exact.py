@@ -506,34 +506,6 @@ def test_ctrl_c_after_a_cpsat_solve_is_a_keyboard_interrupt():
         time.sleep(1.0)
 
 
-@pytest.mark.parametrize("solver", ["exact", "joint"])
-def test_rows_not_proven_in_time_is_no_solution_not_infeasible(solver, monkeypatch):
-    """Regression: when the certifier did not prove R* within its share of the limit (20 %,
-    at least 1 s), exact and joint answered "infeasible" (proven: no plan exists) though a
-    layout existed (Falkenauer_u120_12 as a window, D = 1, a 3 s limit: lower 48, FFD 49).
-
-    Here a certifier limited to bounds and heuristics (exact="none") stands in for one out
-    of time: lengths [2, 4, 2, 2, 4], C = 7, D = 1. L1 = ceil(14 / 7) = 2, but every length
-    is even and 7 odd, so no bin is full and B = R* = 3 (FFD: {4,2}, {4,2}, {2}); the
-    bounds stay at 2 <= R* <= 3. The answer is "no_solution" with the certifier's bounds;
-    the real certifier proves R* = 3, and infeasible windows stay "infeasible"."""
-    import rp_opt.rows as rows
-
-    inst = make_window(5, D=1, G=1, L=1, E=2, P=1, C=7, k=1, lengths=[2, 4, 2, 2, 4])
-    real = rows.certify_rows
-    monkeypatch.setattr(rows, "certify_rows", lambda window, cluster, time_limit=10.0, exact="auto":
-                        real(window, cluster, time_limit, exact="none"))
-    res = get_solver(solver)(inst, objective="sync", time_limit=2)
-    assert res.status == "no_solution" and res.plan is None
-    assert "2 <= R* <= 3" in res.stats["reason"]
-    monkeypatch.setattr(rows, "certify_rows", real)
-    res = get_solver(solver)(inst, objective="sync", time_limit=2)
-    assert res.status == "optimal" and res.plan.num_rows == 3
-    wide = make_window(3, D=4, G=1, L=1, E=2, P=1, C=7, k=1, lengths=[2, 4, 2])
-    res = get_solver(solver)(wide, objective="sync", time_limit=2)
-    assert res.status == "infeasible" and "admits a layout" in res.stats["reason"]
-
-
 def test_highs_margin_covers_the_level_hold():
     """Regression: the HiGHS backend holds each level at value + 1e-6 max(1, value) (in its
     normalised units) for the later levels, but reported a margin ("rounding") of 1e-6 x

@@ -57,10 +57,8 @@ def _read_current(path: str, instance) -> tuple[Placement, Layout | None]:
 
 
 def _baseline_layout(instance) -> Layout:
-    try:
-        from ..packing.baseline import pack
-    except ImportError:  # pragma: no cover - the baseline packer ships with rp_opt
-        raise InputError("--current", "the rows objective needs a layout: pass --current PLAN.json with rows") from None
+    from ..packing.baseline import pack
+
     layout, _ = pack(instance, "ffd")
     return layout
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 
 from ..check import check
 from ..io import save_plan
@@ -63,20 +62,6 @@ def parse_options(items: list[str]) -> dict:
     return out
 
 
-def _no_layout(instance, args, exc, seconds: float):
-    """The :class:`~rp_opt.result.Result` of a solver that raised "no layout" for the
-    window: ``infeasible`` (exit code 1, like ``exact``) when the row certifier proves that
-    no layout exists, else ``no_solution``; the reason (and the fix) in its stats."""
-    from ..result import INFEASIBLE, NO_SOLUTION, Result
-    from ..rows import certify_rows
-
-    cert = certify_rows(instance.window, instance.cluster, min(args.time_limit, 1.0), "none")
-    if cert.status == INFEASIBLE:
-        stats = {"reason": cert.reason or exc.message, "fix": cert.fix}
-        return Result(INFEASIBLE, None, (), None, seconds, args.solver, {k: v for k, v in stats.items() if v})
-    return Result(NO_SOLUTION, None, (), None, seconds, args.solver, {"reason": exc.message})
-
-
 def run(args) -> int:
     from ..cost import get_objective
     from ..errors import InputError
@@ -89,15 +74,9 @@ def run(args) -> int:
     instance, path = open_instance(args.file, args.cost)
     warm = load_plan_for(args.warm_start, instance, "--warm-start") if args.warm_start else None
     log.info("planning %s with %s (%s, limit %g s)", path, args.solver, args.objective, args.time_limit)
-    start = time.perf_counter()
     try:
         result = solver(instance, objective=args.objective, time_limit=args.time_limit, seed=args.seed,
                         warm_start=warm, **options)
-    except InputError as exc:
-        if exc.field != "window":
-            raise
-        # the solver found no layout (the packers raise; exact and joint return a result)
-        result = _no_layout(instance, args, exc, time.perf_counter() - start)
     except (TypeError, ValueError, ArithmeticError) as exc:  # ArithmeticError: ZeroDivisionError, OverflowError
         if not options:
             raise

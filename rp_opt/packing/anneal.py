@@ -63,7 +63,7 @@ import numpy as np
 
 from ..cost import _AXIS, cost_bounds, get_objective, layout_costs, rank_demand_major, rank_major_view
 from ..errors import MAX_SEED, InputError, integer, is_none, number, require, switch
-from ..result import Plan
+from ..result import NO_SOLUTION, Plan, Result
 from ..solution import Layout, Placement
 from ..stop import MaxIterations, MaxSeconds, NoImprovement, StoppingCriterion
 from ..solvers import register_solver
@@ -538,21 +538,14 @@ def anneal(problem: Problem, starts: list[np.ndarray], *, replicas: int = 32, wo
 # ---------------------------------------------------------------------------------------
 
 def default_placement(window, num_ranks: int, load: np.ndarray | None = None) -> tuple[Placement, str]:
-    """LPT + swap local search (placement package) when available, else LPT, else identity.
-    ``load`` is ``window.expert_load()`` when the caller has it (one pass over the demand)."""
-    try:
-        from ..placement.local_search import local_search_ranks
-        from ..placement.lpt import lpt_ranks
-        load = window.expert_load() if load is None else load
-        return Placement(local_search_ranks(load, lpt_ranks(load, num_ranks), num_ranks, None),
-                         num_ranks), "lpt+local-search"
-    except ImportError:
-        pass
-    try:
-        from ..placement import lpt_placement
-        return lpt_placement(window, num_ranks), "lpt"
-    except ImportError:
-        return Placement.identity(window.num_layers, window.num_experts, num_ranks), "identity"
+    """LPT + swap local search (:mod:`rp_opt.placement`). ``load`` is
+    ``window.expert_load()`` when the caller has it (one pass over the demand)."""
+    from ..placement.local_search import local_search_ranks
+    from ..placement.lpt import lpt_ranks
+
+    load = window.expert_load() if load is None else load
+    return Placement(local_search_ranks(load, lpt_ranks(load, num_ranks), num_ranks, None),
+                     num_ranks), "lpt+local-search"
 
 
 def _l1_rows(instance: Instance) -> int:
@@ -579,10 +572,8 @@ def _quick_rows(instance: Instance):
         if bins is not None and np.bincount(bins, minlength=rows * cluster.dp).min() > 0:
             return rows, Layout.from_bins(bins, rows, cluster.dp), {"rows_method": "L1 = FFD (AReaL ffd)",
                                                                     "rows_status": "optimal"}
-    try:
-        from ..rows.heuristics import expand_bins, first_fit_decreasing
-    except ImportError:
-        return None
+    from ..rows.heuristics import expand_bins, first_fit_decreasing
+
     bins = first_fit_decreasing(window.lengths, cluster.capacity, cluster.max_samples_per_cell)
     if -(-(int(bins.max()) + 1) // cluster.dp) != rows:
         return None
@@ -590,25 +581,24 @@ def _quick_rows(instance: Instance):
     return rows, witness, {"rows_method": "L1 = FFD", "rows_status": "optimal"}
 
 
-def certified_rows(instance: Instance, time_limit: float) -> tuple[int, Layout | None, dict]:
-    """R*, the certifier's witness layout (or None) and what proved it."""
-    window, cluster = instance.window, instance.cluster
+def certified_rows(instance: Instance, time_limit: float) -> tuple[int | None, Layout | None, dict]:
+    """(rows, witness layout or None, what proved them) for planning ``instance``: R* when
+    proven, else the rows of the certifier's witness (:attr:`RowCertificate.rows`; the
+    stats say it is not proven). ``rows`` is None when no layout is known; the stats then
+    carry ``rows_status`` and ``reason`` (:meth:`RowCertificate.no_rows`)."""
+    from ..rows import certify_rows
+
     quick = _quick_rows(instance)
     if quick is not None:
         return quick
-    try:
-        from ..rows import certify_rows
-    except ImportError:
-        from .baseline import min_rows
-        return min_rows(window, cluster), None, {"rows_method": "ffd upper bound (certifier not available)"}
-    cert = certify_rows(window, cluster, time_limit)
+    cert = certify_rows(instance.window, instance.cluster, time_limit)
+    if cert.rows is None:
+        status, reason = cert.no_rows()
+        return None, None, {"rows_method": cert.bound_method, "rows_status": status, "reason": reason}
     if cert.r_star is None:
-        if cert.witness is None:
-            raise InputError("window", cert.reason or f"no layout found (certifier status {cert.status})")
-        # bounds not closed in time: use the witness's row count, say so
-        return int(cert.upper_bound), cert.witness, {"rows_method": f"witness, not proven ({cert.status})",
-                                                     "rows_lower_bound": cert.lower_bound}
-    return int(cert.r_star), cert.witness, {"rows_method": cert.bound_method, "rows_status": cert.status}
+        return cert.rows, cert.witness, {"rows_method": f"witness, not proven ({cert.status})",
+                                         "rows_lower_bound": cert.lower_bound}
+    return cert.rows, cert.witness, {"rows_method": cert.bound_method, "rows_status": cert.status}
 
 
 def search_layout(problem: Problem, start: np.ndarray, *, deadline: float | None = None,
@@ -854,7 +844,6 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     with the best plan found so far (``stats["interrupted"]``; worker processes leave the
     signal to this one and exit quietly).
     """
-    from ..result import Result
     from .baseline import proven_status
     from .seeds import greedy_seconds, layout_violation, seed_layouts
 
@@ -890,6 +879,9 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     else:
         num_rows, witness, row_stats = certified_rows(instance, max(0.5, 0.2 * time_limit))
     stats.update(row_stats)
+    if num_rows is None:
+        # no row count to plan with: infeasible (proven) or no_solution, like every planner
+        return Result(stats.pop("rows_status"), None, (), None, time.perf_counter() - started, "heuristic", stats)
     stats["r_star"] = num_rows
     timings["rows"] = time.perf_counter() - t
 
@@ -919,7 +911,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         seeds = {"warm_start": warm_layout, **seeds}
     timings["seeds"] = time.perf_counter() - t
     if not seeds:
-        raise InputError("window", f"no seed layout of R*={num_rows} rows could be built")
+        stats["reason"] = f"no seed layout of R={num_rows} rows could be built (seed rules: {', '.join(rules)})"
+        return Result(NO_SOLUTION, None, (), None, time.perf_counter() - started, "heuristic", stats)
 
     t = time.perf_counter()
     problem = make_problem(instance, major, num_rows, objective)
@@ -1161,10 +1154,8 @@ def strong_bounds(instance: Instance, num_rows: int, load: np.ndarray | None = N
     from dataclasses import replace
 
     base = cost_bounds(instance, num_rows) if base is None else base
-    try:
-        from ..placement import placement_lower_bound
-    except ImportError:
-        return base
+    from ..placement import placement_lower_bound
+
     load = instance.window.expert_load() if load is None else load
     lb = placement_lower_bound(load, instance.cluster.ep)
     expert_total = instance.cost.gamma * float(np.sum(lb))

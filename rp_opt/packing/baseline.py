@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from ..errors import InputError, integer, require
-from ..result import FEASIBLE, INFEASIBLE, OPTIMAL
+from ..result import FEASIBLE, NO_SOLUTION, OPTIMAL, Result
 from ..solution import Layout, Placement
 from ..solvers import plan_result, register_solver
 from ..window import CostModel, Instance, Window
@@ -137,33 +137,20 @@ _RULES = {"ffd": lambda inst, bins: ffd_bins(inst.window.lengths, bins, inst.clu
 
 
 def min_rows(window: Window, cluster) -> int:
-    """R* from the certifier when it is available (the rows of its witness when it did not
-    close R* in time, as the heuristic does), otherwise the FFD upper bound."""
-    try:
-        from ..rows import certify_rows
-    except ImportError:
-        certify_rows = None
-    if certify_rows is not None:
-        cert = certify_rows(window, cluster)
-        if cert.r_star is None:
-            if cert.status != INFEASIBLE and cert.witness is not None:
-                return int(cert.upper_bound)
-            raise InputError("window", cert.reason or f"R* not proven in time ({cert.summary()})")
-        return int(cert.r_star)
-    bins = 1
-    while ffd_bins(window.lengths, bins, cluster.capacity) is None:
-        bins *= 2
-    low = bins // 2
-    while low + 1 < bins:  # smallest number of FFD bins
-        mid = (low + bins) // 2
-        if ffd_bins(window.lengths, mid, cluster.capacity) is None:
-            low = mid
-        else:
-            bins = mid
-    rows = -(-bins // cluster.dp)
-    if rows * cluster.dp > window.num_samples:
-        raise InputError("window", f"has {window.num_samples} samples for {rows * cluster.dp} cells")
-    return rows
+    """The rows to pack with: R* from the certifier, or the rows of its witness when it did
+    not close R* in time (:attr:`rp_opt.rows.RowCertificate.rows`, as the heuristic does).
+
+    Raises
+    ------
+    InputError
+        ``window``: no layout exists, or none was found in time (the certificate's reason).
+    """
+    from ..rows import certify_rows
+
+    cert = certify_rows(window, cluster)
+    if cert.rows is None:
+        raise InputError("window", cert.no_rows()[1])
+    return cert.rows
 
 
 def pack(instance: Instance, rule: str = "ffd", num_rows: int | None = None) -> tuple[Layout, dict]:
@@ -209,9 +196,24 @@ def _baseline_solver(placement_rule: str, packing_rule: str):
         else:
             placement = Placement.identity(window.num_layers, window.num_experts, cluster.ep)
         rows = integer("num_rows", options.get("num_rows"), 1, text=True, none=True, hint="None: R*")
-        layout, stats = pack(instance, packing_rule, rows)
+        name = f"{placement_rule}+{packing_rule}"
+        if rows is None:
+            from ..rows import certify_rows
+            cert = certify_rows(window, cluster)
+            if cert.rows is None:
+                # no row count to pack with: the result shape of every planner, with the reason
+                status, reason = cert.no_rows()
+                return Result(status, None, (), None, time.perf_counter() - start, name, {"reason": reason})
+            rows = cert.rows
+        try:
+            layout, stats = pack(instance, packing_rule, rows)
+        except InputError as exc:
+            if exc.field != "window":
+                raise
+            # the rule fills no R*.D..N cells; a layout may exist all the same (not proven infeasible)
+            return Result(NO_SOLUTION, None, (), None, time.perf_counter() - start, name, {"reason": exc.message})
         stats.update(placement=placement_rule, packing=packing_rule)
-        result = plan_result(instance, placement, layout, objective, solver=f"{placement_rule}+{packing_rule}",
+        result = plan_result(instance, placement, layout, objective, solver=name,
                              seconds=time.perf_counter() - start, status=FEASIBLE, stats=stats)
         return dataclasses.replace(result, status=proven_status(result.score))
 

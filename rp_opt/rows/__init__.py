@@ -107,6 +107,25 @@ class RowCertificate:
             "witness": None if self.witness is None else self.witness.to_rows(),
         }
 
+    @property
+    def rows(self) -> int | None:
+        """The row count a planner uses: R* when proven, else the rows of the witness (the
+        bounds did not close in time, but that layout exists); None when no layout is known."""
+        if self.r_star is not None:
+            return int(self.r_star)
+        if self.status != INFEASIBLE and self.witness is not None:
+            return int(self.upper_bound)
+        return None
+
+    def no_rows(self) -> tuple[str, str]:
+        """``(status, reason)`` of a planner's result when it has no row count to plan with:
+        ``infeasible`` when no layout exists (the reason and the fix), else ``no_solution``
+        (R* was not proven in time: a layout may well exist)."""
+        if self.status == INFEASIBLE:
+            reason = self.reason or "no row count R with R*D <= N admits a layout"
+            return INFEASIBLE, reason + (f"; {self.fix}" if self.fix else "")
+        return NO_SOLUTION, f"R* not proven within the time limit ({self.summary()})"
+
     def summary(self) -> str:
         if self.status == INFEASIBLE:
             return f"infeasible: {self.reason}; {self.fix}"

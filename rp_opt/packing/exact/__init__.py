@@ -31,20 +31,18 @@ registered (``exact``, ``joint``) in :mod:`rp_opt.solvers`.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import replace
 
 import numpy as np
 
-from ..._cpsat import solve as cpsat_solve
 from ...cost import cost_bounds, get_objective, rank_load, score
 from ...errors import MAX_SEED, integer, number, require, switch
 from ...result import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL, Plan, Result
 from ...solution import Layout, Placement
 from ...solvers import register_solver
 from ...window import Instance
-from .common import (Budget, PackingData, build_seconds, canonical_layout, greedy_layout, heaviest_first,
+from .common import (Budget, build_seconds, canonical_layout, greedy_layout, heaviest_first,
                      layout_valid, lex_better, packing_data, renumbered, symmetry_mode, too_big)
 from .cpsat_model import PROOF_SUBSOLVERS, SolveOutcome
 from .row_search import row_pair_search
@@ -61,94 +59,45 @@ __all__ = ["solve_exact", "solve_packing", "default_placement", "default_num_row
 
 
 def default_placement(instance: Instance) -> Placement:
-    """``rp_opt.placement.lpt_placement`` when available, else the identity placement."""
-    window, cluster = instance.window, instance.cluster
-    try:
-        from ...placement.lpt import lpt_placement
-    except ImportError:
-        return Placement.identity(window.num_layers, window.num_experts, cluster.ep)
-    return lpt_placement(window, cluster.ep)
+    """LPT placement (:func:`rp_opt.placement.lpt_placement`)."""
+    from ...placement.lpt import lpt_placement
 
-
-def _feasible_rows(instance: Instance, num_rows: int, time_limit: float) -> bool | None:
-    """Is there a layout with ``num_rows`` rows? (greedy first, then a CP-SAT feasibility
-    model; None when undecided within the time limit)."""
-    from ortools.sat.python import cp_model
-
-    from .cpsat_model import CpsatPacking
-    from ...cost import Objective
-
-    data = packing_data(instance, None, num_rows)
-    if data.num_samples < data.num_cells:
-        return False
-    if greedy_layout(data) is not None:
-        return True
-    feas = Objective("feasibility", ())
-    data0 = PackingData(data.num_samples, num_rows, data.num_slots, data.num_shards, data.lengths,
-                        data.capacity, data.max_per_cell, data.att[:0], None, 0.0)
-    builder = CpsatPacking(data0, feas, "rows", expert_hook=lambda b: {}, demand_cap=0.0, tighten=False)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.1, time_limit)
-    status = cpsat_solve(solver, builder.model)
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return True
-    if status == cp_model.INFEASIBLE:
-        return False
-    return None
+    return lpt_placement(instance.window, instance.cluster.ep)
 
 
 def default_num_rows(instance: Instance, time_limit: float = 10.0) -> int | None:
-    """R*: ``rp_opt.rows.certify_rows`` when available, else the least R for which the
-    packing constraints are feasible (from ceil(ceil(sum T / C) / D) up). None when the
-    window fits no R (N < R D for every feasible R) or R* was not proven in time
-    (:func:`num_rows_or_status` tells the two apart)."""
+    """R* (:func:`rp_opt.rows.certify_rows`). None when the window fits no R (N < R D for
+    every feasible R) or R* was not proven in time (:func:`num_rows_or_status` tells the
+    two apart)."""
     return num_rows_or_status(instance, time_limit)[0]
 
 
 def num_rows_or_status(instance: Instance, time_limit: float = 10.0) -> tuple[int | None, str | None, str | None]:
     """``(R*, None, None)``, or ``(None, status, reason)`` for the planners' result when
-    there is no R*: ``infeasible`` when no R with R D <= N admits a layout, ``no_solution``
-    when the certifier did not prove R* within ``time_limit`` (a layout may well exist)."""
-    window, cluster = instance.window, instance.cluster
-    try:
-        from ...rows import certify_rows
-    except ImportError:
-        certify_rows = None
-    if certify_rows is not None:
-        cert = certify_rows(window, cluster, time_limit=time_limit)
-        r = getattr(cert, "r_star", None)
-        if r is not None:
-            return int(r), None, None
-        if cert.status == INFEASIBLE:
-            return None, INFEASIBLE, f"no row count R with R*D <= N admits a layout: {cert.reason}; {cert.fix}"
-        return None, NO_SOLUTION, f"R* not proven within {time_limit:.3g} s ({cert.summary()})"
-    n, D = window.num_samples, cluster.dp
-    r = max(1, math.ceil(math.ceil(int(window.lengths.sum()) / cluster.capacity) / D))
-    while r * D <= n:
-        ok = _feasible_rows(instance, r, time_limit)
-        if ok:
-            return r, None, None
-        r += 1
-    return None, INFEASIBLE, "no row count R with R*D <= N admits a layout"
+    there is no proven R*: ``infeasible`` when no R with R D <= N admits a layout,
+    ``no_solution`` when the certifier did not prove R* within ``time_limit`` (a layout may
+    well exist; the exact planners claim optimality for R = R* only)."""
+    from ...rows import certify_rows
+
+    cert = certify_rows(instance.window, instance.cluster, time_limit=time_limit)
+    if cert.r_star is not None:
+        return int(cert.r_star), None, None
+    return (None, *cert.no_rows())
 
 
 def _heuristic_layout(instance, placement, num_rows, obj, data, time_limit, seed,
                       seconds: float | None = None, start: Plan | None = None) -> Layout | None:
     """The ``heuristic`` planner's layout for this placement and R, run for ``seconds``
     (default min(5% of the time limit, 0.05 s per sample, 5 s)), from the plan ``start``
-    when given; None when it is not installed, too little time is left, or its layout does
-    not fit."""
+    when given; None when too little time is left, or it returns no layout that fits."""
     if seconds is None:
         seconds = min(0.05 * float(time_limit), 0.05 * data.num_samples, 5.0)
     if seconds < 0.2:
         return None
+    from ...solvers import get_solver
+
     try:
-        from ...solvers import get_solver
-        heuristic = get_solver("heuristic")
-    except Exception:  # the heuristic is not part of this tree
-        return None
-    try:
-        res = heuristic(instance, objective=obj, time_limit=seconds, seed=seed, placement=placement,
+        res = get_solver("heuristic")(instance, objective=obj, time_limit=seconds, seed=seed, placement=placement,
                         num_rows=num_rows, report_baseline=False, warm_start=start)
     except Exception as exc:  # a start is optional: never fail the exact solve for it
         log.debug("heuristic start failed: %s", exc)
@@ -476,8 +425,10 @@ def _result(instance, placement, obj, out, start, start_score, stats, t0, solver
     if relaxed is not None:
         bound = max(bound, relaxed)
     if levels and levels[0].status == "infeasible":
+        stats["reason"] = f"no layout of R={num_rows} rows exists (proven by the {stats['backend']} model)"
         return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, solver_name, stats)
     if layout is None:
+        stats["reason"] = f"no layout of R={num_rows} rows found within the time limit"
         return Result(NO_SOLUTION, None, (), bound, time.perf_counter() - t0, solver_name, stats)
     all_opt = _all_proven(levels, obj)
     if (not all_opt and relaxed is not None and plan_score is not None and len(levels) == len(obj.levels)
@@ -513,10 +464,9 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
     warm_start
         A :class:`Plan` to start from; its placement is used when ``placement`` is None.
     placement
-        Fixed placement; default ``warm_start.placement``, else LPT (identity if LPT is
-        not available).
+        Fixed placement; default ``warm_start.placement``, else LPT.
     num_rows
-        R; default R* (``rp_opt.rows.certify_rows`` or the least feasible R).
+        R; default R* (:func:`rp_opt.rows.certify_rows`).
     backend
         ``cpsat`` (default, faster in the measurements of ``scripts/bench_exact.py``) or ``highs``.
     options

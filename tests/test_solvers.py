@@ -1,0 +1,77 @@
+"""The solver registry's contract: every registered planner answers a window it cannot plan
+with the common Result (status, no plan, the reason), never an exception."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rp_opt.rows as rows
+from rp_opt import Cluster, CostModel, Instance, Stage, Window
+from rp_opt.check import check
+from rp_opt.solvers import get_solver, solver_names
+
+BUILT_IN = ["auto", "baseline", "exact", "heuristic", "joint", "kk", "lpt-ffd"]
+
+
+def lengths_window(lengths, dp: int, capacity: int = 7) -> Instance:
+    """One layer, two experts on one rank, top-1: sample i sends all its tokens to expert
+    i mod 2. Only the lengths matter for the row count."""
+    lengths = np.asarray(lengths)
+    demand = np.zeros((lengths.size, 1, 2), dtype=np.int64)
+    demand[np.arange(lengths.size), 0, np.arange(lengths.size) % 2] = lengths
+    cost = CostModel((Stage("softmax", 1, 1.0, 0.1),), gamma=0.5)
+    return Instance(Window(lengths, demand, top_k=1), Cluster(dp, 1, 1, capacity), cost)
+
+
+def test_every_built_in_solver_is_registered():
+    assert set(BUILT_IN) <= set(solver_names())
+
+
+@pytest.mark.parametrize("solver", BUILT_IN)
+def test_infeasible_window_is_an_infeasible_result(solver):
+    """3 samples cannot fill one row of D = 4 slots (every cell needs a sample): every
+    planner returns ``infeasible`` with the certifier's reason and its fix, and no plan."""
+    res = get_solver(solver)(lengths_window([2, 4, 2], dp=4), objective="sync", time_limit=2)
+    assert res.status == "infeasible" and res.plan is None and res.score == ()
+    assert "3 samples for 4 cells" in res.stats["reason"] and "add 1 sample" in res.stats["reason"]
+    assert res.gap is None and "infeasible" in res.summary()
+
+
+@pytest.mark.parametrize("solver", BUILT_IN)
+def test_rows_not_proven_in_time(solver, monkeypatch):
+    """Lengths [2, 4, 2, 2, 4], C = 7, D = 1: L1 = ceil(14 / 7) = 2, but every length is
+    even and 7 is odd, so no bin is full and B = R* = 3 (FFD: {4,2}, {4,2}, {2}). A
+    certifier limited to bounds and heuristics (exact="none") stands in for one out of time:
+    it stops at 2 <= R* <= 3 with the FFD witness.
+
+    The exact planners claim optimality for R = R* only, so they answer ``no_solution``
+    (regression: they used to say ``infeasible``); the packers plan with the witness's 3
+    rows and say R* is not proven. With the real certifier every planner gets R* = 3."""
+    inst = lengths_window([2, 4, 2, 2, 4], dp=1)
+    real = rows.certify_rows
+    monkeypatch.setattr(rows, "certify_rows", lambda window, cluster, time_limit=10.0, exact="auto":
+                        real(window, cluster, time_limit, exact="none"))
+    res = get_solver(solver)(inst, objective="sync", time_limit=2)
+    if solver in ("exact", "joint"):
+        assert res.status == "no_solution" and res.plan is None
+        assert "2 <= R* <= 3" in res.stats["reason"]
+    else:
+        assert res.plan is not None and res.plan.num_rows == 3 and check(inst, res.plan).valid
+    monkeypatch.setattr(rows, "certify_rows", real)
+    res = get_solver(solver)(inst, objective="sync", time_limit=2)
+    assert res.plan is not None and res.plan.num_rows == 3 and check(inst, res.plan).valid
+
+
+@pytest.mark.parametrize("solver", ["baseline", "kk", "lpt-ffd", "heuristic", "exact"])
+def test_too_few_rows_given(solver):
+    """``num_rows=1`` for a window whose R* is 3 (14 tokens, C = 7, D = 1: no layout of one
+    row). The heuristic and the exact planner return no plan rather than raising; the
+    baselines, as documented (:mod:`rp_opt.packing.baseline`), add the rows their rule
+    needs and say how many in ``stats["extra_rows"]``."""
+    inst = lengths_window([2, 4, 2, 2, 4], dp=1)
+    res = get_solver(solver)(inst, objective="sync", time_limit=2, num_rows=1)
+    if solver in ("heuristic", "exact"):
+        assert res.plan is None and res.status in ("infeasible", "no_solution") and res.stats["reason"]
+    else:
+        assert res.plan.num_rows == 3 and res.stats["extra_rows"] == 2 and check(inst, res.plan).valid
