@@ -284,6 +284,16 @@ def test_infeasible_window_is_one_line():
         planner.plan(routing=routing_of(7, n=3), num_experts=8)
 
 
+def test_solver_without_a_plan_is_one_line_with_its_reason():
+    """A planner told to use one row where R* > 1 returns no plan; the trainer API raises
+    one line with the solver's status and reason (a step cannot go on without a plan)."""
+    planner = Planner(Cluster(dp=2, edp=1, ep=2, capacity=48), COST, mode="heuristic", time_limit=2.0,
+                      solver_options={"num_rows": 1})
+    with pytest.raises(InputError, match=r"^window: solver heuristic returned no plan \(status no_solution: "
+                                         r"no seed layout of R=1 rows"):
+        planner.plan(routing=routing_of(6, n=8, low=20, high=24), num_experts=8)
+
+
 def test_example_script_runs_as_written():
     """scripts/example_trainer.py is the README's "Use it in a trainer" example, and
     README.md and docs/trainer.md show it verbatim."""
