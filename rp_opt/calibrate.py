@@ -14,14 +14,20 @@ Model (MODEL.md): J[r,g] = sum_s n_s max_{d in g}(alpha_s T_{r,d} + beta_s Q_{r,
 + gamma sum_l max_p W[r,g,l,p]. The per-microbatch totals cannot tell stages apart (the
 token and pair counts of a cell are the same for every stage), so the fit estimates the
 totals a = sum_s n_s alpha_s, b = sum_s n_s beta_s and gamma, and splits a and b across
-stages in the proportions of the prior cost model (the FLOP defaults). With the slot that
-attains each stage's maximum fixed, J is linear in (a, b, gamma): non-negative least
-squares (:func:`scipy.optimize.nnls`) fits them; the maximising slots are then recomputed
-with the fitted coefficients and the fit repeated until they no longer change (they may
-cycle: of the passes, the coefficients whose own maximising slots predict the times with
-the least squared error are returned, and r2 and rms are of those predictions). The first
-pass uses the regressors of :func:`rp_opt.cost.layout_costs` with unit coefficients
-(max_d T, max_d Q, sum_l max_p W).
+stages in the proportions of the prior cost model (the FLOP defaults): alpha_s = a u_s,
+beta_s = b v_s.
+
+The fit is the global least-squares optimum over (a, b, gamma) >= 0. Which slot attains
+a stage's maximum depends on the ratio rho = b / a alone (slot d's cost is
+a (u_s T_d + rho v_s Q_d)), and changes only where two slots of a block tie:
+rho = u_s (T_j - T_i) / (v_s (Q_i - Q_j)). Between consecutive ties (a "piece"
+[rho_lo, rho_hi]) the maximising slots are fixed and J is linear in (a, b, gamma); the
+pairs (a, b) of the piece form the cone spanned by (1, rho_lo) and (1, rho_hi) (or (0, 1)
+for rho_hi = inf), so J = l1 (x_T + rho_lo x_Q) + l2 (x_T + rho_hi x_Q) + gamma x_W with
+l1, l2, gamma >= 0: one non-negative least squares (:func:`scipy.optimize.nnls`) gives the
+exact optimum of the piece. The best piece is the global fit, and its predictions are
+the model's own. With more than :data:`MAX_PIECES` pieces, the pieces holding
+:data:`MAX_PIECES` log-spaced values of rho are solved (``Fit.exhaustive`` False).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from .cost import cell_sums, layout_costs
-from .errors import InputError, require
+from .errors import InputError, integer, require
 from .result import Plan
 from .window import CostModel, Instance, Stage
 
@@ -78,9 +84,13 @@ class Fit:
     observations
         Measured (row, shard) times used.
     iterations
-        NNLS passes until the maximising slots were stable.
+        NNLS solves: the pieces of rho = b / a searched.
     totals
         ``{"attention_tokens": a, "attention_pairs": b, "gamma": gamma}``.
+    pieces
+        Pieces of rho between the ties of the maximising slots.
+    exhaustive
+        True when every piece was solved: the fit is the global optimum.
     """
 
     cost: CostModel
@@ -92,10 +102,17 @@ class Fit:
     totals: dict
     predicted: np.ndarray = field(repr=False, compare=False, default=None)
     measured: np.ndarray = field(repr=False, compare=False, default=None)
+    pieces: int = 1
+    exhaustive: bool = True
 
     def to_dict(self) -> dict:
         return {"cost": self.cost.to_dict(), "r2": self.r2, "rel_rms": self.rel_rms, "rms": self.rms,
-                "observations": self.observations, "iterations": self.iterations, "totals": dict(self.totals)}
+                "observations": self.observations, "iterations": self.iterations, "pieces": self.pieces,
+                "exhaustive": self.exhaustive, "totals": dict(self.totals)}
+
+
+MAX_PIECES = 4096
+"""Most pieces of rho = b / a the fit solves (all of them when there are no more)."""
 
 
 def _unit_cost(prior: CostModel) -> CostModel:
@@ -112,29 +129,43 @@ def _splits(prior: CostModel) -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
-def _regressors(run: TimingRun, prior: CostModel, a: float | None, b: float | None,
-                unit_expert: np.ndarray) -> np.ndarray:
-    """[R*G, 3] regressors of (a, b, gamma) with the maximising slot of every stage fixed by
-    the coefficients (a u_s, b v_s); the first pass (a is None) uses max_d T and max_d Q."""
-    inst, layout = run.instance, run.plan.layout
-    num_shards = inst.cluster.edp
-    if a is None:
+@dataclass(frozen=True)
+class _Cells:
+    """Per-slot sums of one run, [R, G, D/G]: tokens T and attention work Q, and the
+    expert regressor sum_l max_p W [R, G] (gamma = 1)."""
+
+    tokens: np.ndarray
+    work: np.ndarray
+    expert: np.ndarray
+
+    @classmethod
+    def of(cls, run: TimingRun, prior: CostModel) -> "_Cells":
+        inst, layout = run.instance, run.plan.layout
+        shape = (layout.num_rows, inst.cluster.edp, -1)
         unit = Instance(inst.window, inst.cluster, _unit_cost(prior))
-        x_tokens = layout_costs(unit, run.plan.placement, layout).attention
-        pairs = Instance(inst.window, inst.cluster, CostModel((Stage("unit", 1, 0.0, 1.0),), 0.0))
-        x_pairs = layout_costs(pairs, run.plan.placement, layout).attention
-        return np.stack([x_tokens.ravel(), x_pairs.ravel(), unit_expert.ravel()], axis=1)
-    u, v = _splits(prior)
-    rows = layout.num_rows
-    tokens = cell_sums(layout, inst.window.lengths.astype(np.float64)).reshape(rows, num_shards, -1)
-    work = cell_sums(layout, inst.window.attn_work).reshape(rows, num_shards, -1)
-    per_stage = (a * u)[:, None, None, None] * tokens + (b * v)[:, None, None, None] * work  # [S, R, G, D/G]
-    best = per_stage.argmax(axis=3)[..., None]                                             # [S, R, G, 1]
-    t_best = np.take_along_axis(np.broadcast_to(tokens, per_stage.shape), best, axis=3)[..., 0]
-    q_best = np.take_along_axis(np.broadcast_to(work, per_stage.shape), best, axis=3)[..., 0]
-    x_tokens = np.tensordot(prior.layers * u, t_best, axes=1)
-    x_pairs = np.tensordot(prior.layers * v, q_best, axes=1)
-    return np.stack([x_tokens.ravel(), x_pairs.ravel(), unit_expert.ravel()], axis=1)
+        return cls(cell_sums(layout, inst.window.lengths.astype(np.float64)).reshape(shape),
+                   cell_sums(layout, inst.window.attn_work).reshape(shape),
+                   layout_costs(unit, run.plan.placement, layout).expert)
+
+    def ties(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """Every rho > 0 at which two slots of a block tie in some stage."""
+        dt = self.tokens[..., :, None] - self.tokens[..., None, :]   # T_i - T_j  [R, G, k, k]
+        dq = self.work[..., None, :] - self.work[..., :, None]       # Q_j - Q_i
+        crossing = (dt * dq > 0) & (dq != 0)                          # one slot more T, the other more Q
+        ratio = dt[crossing] / dq[crossing]                           # (T_i - T_j) / (Q_j - Q_i) > 0
+        both = (u > 0) & (v > 0)
+        return (ratio[None, :] * (u[both] / v[both])[:, None]).ravel()
+
+    def regressors(self, rho: float, u: np.ndarray, v: np.ndarray, layers: np.ndarray) -> np.ndarray:
+        """[R*G, 3]: x_T = sum_s n_s u_s T, x_Q = sum_s n_s v_s Q at the slot of every stage
+        that maximises u_s T + rho v_s Q, and x_W."""
+        per_stage = u[:, None, None, None] * self.tokens + (rho * v)[:, None, None, None] * self.work
+        best = per_stage.argmax(axis=3)[..., None]                                    # [S, R, G, 1]
+        shape = per_stage.shape
+        t_best = np.take_along_axis(np.broadcast_to(self.tokens, shape), best, axis=3)[..., 0]
+        q_best = np.take_along_axis(np.broadcast_to(self.work, shape), best, axis=3)[..., 0]
+        return np.stack([np.tensordot(layers * u, t_best, axes=1).ravel(),
+                         np.tensordot(layers * v, q_best, axes=1).ravel(), self.expert.ravel()], axis=1)
 
 
 def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -148,15 +179,23 @@ def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return coef
 
 
-def _better(best, coef, x, y):
-    """``best`` or (error, coef, x), whichever predicts ``y`` with the smaller squared error
-    (ties go to the later pass, ``coef``)."""
-    error = float(((x @ coef - y) ** 2).sum())
-    return (error, coef, x) if best is None or error <= best[0] else best
+def _pieces(ties: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(rho_lo, rho_hi) of the pieces to solve (at most ``limit``), and how many pieces
+    there are: [0, t_1], [t_1, t_2], ..., [t_K, inf] over the sorted distinct ties t."""
+    edges = np.unique(ties[np.isfinite(ties) & (ties > 0)])
+    lo = np.concatenate([[0.0], edges])
+    hi = np.concatenate([edges, [np.inf]])
+    if lo.size > limit:
+        # the pieces holding log-spaced values of rho (always the first and the last)
+        probe = np.geomspace(edges[0] / 2, edges[-1] * 2, max(limit, 2))
+        pick = np.unique(np.searchsorted(edges, probe, side="right"))
+        return lo[pick], hi[pick], int(edges.size + 1)
+    return lo, hi, int(lo.size)
 
 
-def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iterations: int = 20) -> Fit:
-    """Fit alpha_s, beta_s, gamma to measured (row, shard) times (module docstring).
+def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iterations: int | None = None) -> Fit:
+    """Fit alpha_s, beta_s, gamma to measured (row, shard) times: the least-squares optimum
+    over non-negative coefficients (module docstring).
 
     Parameters
     ----------
@@ -166,7 +205,7 @@ def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iteratio
         Stage structure and the split of the totals across stages (default: the first
         run's cost model).
     max_iterations
-        Most NNLS passes.
+        Most pieces of rho = b / a to solve (default :data:`MAX_PIECES`).
     """
     require(len(runs) >= 1, "runs", "need at least one measured plan")
     prior = runs[0].instance.cost if prior is None else prior
@@ -174,47 +213,36 @@ def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iteratio
         names = [s.name for s in run.instance.cost.stages]
         require(names == [s.name for s in prior.stages], f"runs[{k}]",
                 f"has stages {names}, the prior has {[s.name for s in prior.stages]}")
-    unit_experts = []
-    for run in runs:
-        unit = Instance(run.instance.window, run.instance.cluster, _unit_cost(prior))
-        unit_experts.append(layout_costs(unit, run.plan.placement, run.plan.layout).expert)
     y_all = np.concatenate([run.times.ravel() for run in runs])
     measured = ~np.isnan(y_all)
     y = y_all[measured]
     require(y.size >= 3, "times", f"hold {y.size} measured values; the fit needs at least 3")
     require(bool(np.any(y > 0)), "times", f"all {y.size} measured values are 0; there is nothing to fit")
+    u, v = _splits(prior)
+    cells = [_Cells.of(run, prior) for run in runs]
+    ties = np.concatenate([c.ties(u, v) for c in cells])
+    limit = integer("max_iterations", max_iterations, 1, none=True, hint="None: MAX_PIECES") or MAX_PIECES
+    lo, hi, pieces = _pieces(ties, limit)
 
-    def regressors(a, b):
-        return np.concatenate([_regressors(run, prior, a, b, ux) for run, ux in zip(runs, unit_experts)])[measured]
-
-    a = b = None
-    coef = np.zeros(3)
-    previous = None
-    iterations = 0
-    best = None  # (squared error of the model's own predictions, coefficients, their regressors)
-    for iterations in range(1, max_iterations + 1):
-        x = regressors(a, b)
-        if previous is not None:
-            # x holds the maximising slots of the model with ``coef``: x @ coef is what it predicts
-            best = _better(best, coef, x, y)
-            if np.array_equal(x, previous):
-                break
-        coef = _nnls(x, y)
-        previous = x
-        a, b = float(coef[0]), float(coef[1])
-        if a == 0 and b == 0:
-            best = _better(best, coef, x, y)  # no attention term: x @ coef is its prediction
-            break
-    else:
-        # out of passes (the maximising slots cycle): the last fit is scored as the others
-        best = _better(best, coef, regressors(a, b), y)
-    if best is not None:
-        _, coef, previous = best
+    best = None  # (squared error, coefficients, regressors)
+    for rho_lo, rho_hi in zip(lo, hi):
+        # any rho strictly inside the piece fixes the maximising slots of the whole piece
+        rho = (rho_lo + rho_hi) / 2 if np.isfinite(rho_hi) else max(2 * rho_lo, 1.0)
+        x = np.concatenate([c.regressors(rho, u, v, prior.layers) for c in cells])[measured]
+        # the piece's (a, b) cone: rays (1, rho_lo) and (1, rho_hi), or (0, 1) when rho_hi = inf
+        far = x[:, 0] + rho_hi * x[:, 1] if np.isfinite(rho_hi) else x[:, 1]
+        lam = _nnls(np.stack([x[:, 0] + rho_lo * x[:, 1], far, x[:, 2]], axis=1), y)
+        a = lam[0] + (lam[1] if np.isfinite(rho_hi) else 0.0)
+        b = lam[0] * rho_lo + lam[1] * (rho_hi if np.isfinite(rho_hi) else 1.0)
+        coef = np.array([a, b, lam[2]])
+        error = float(((x @ coef - y) ** 2).sum())
+        if best is None or error < best[0]:
+            best = (error, coef, x)
+    _, coef, x = best
     require(bool(np.any(coef > 0)), "times",
             f"cannot be fitted: every non-negative coefficient fit of the {y.size} measured values is 0 "
             "(do the times grow with the tokens of the rows?)")
-    predicted = previous @ coef
-    u, v = _splits(prior)
+    predicted = x @ coef
     stages = tuple(Stage(s.name, s.layers, coef[0] * u[k], coef[1] * v[k]) for k, s in enumerate(prior.stages))
     cost = CostModel(stages, float(coef[2]))
     residual = predicted - y
@@ -224,7 +252,7 @@ def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iteratio
     rel_rms = float(np.sqrt(np.mean((residual[positive] / y[positive]) ** 2))) if positive.any() else None
     rms = float(np.sqrt(np.mean(residual ** 2)))
     totals = {"attention_tokens": float(coef[0]), "attention_pairs": float(coef[1]), "gamma": float(coef[2])}
-    return Fit(cost, r2, rel_rms, rms, int(y.size), iterations, totals, predicted, y)
+    return Fit(cost, r2, rel_rms, rms, int(y.size), int(lo.size), totals, predicted, y, pieces, lo.size == pieces)
 
 
 def predicted_times(instance: Instance, plan: Plan, cost: CostModel) -> np.ndarray:

@@ -29,7 +29,8 @@ def run(args) -> int:
     if args.json:
         emit_json(out)
     else:
-        print(f"fit of {fit.observations} measured times from {len(runs)} runs ({fit.iterations} NNLS passes)")
+        scope = "global optimum" if fit.exhaustive else f"{fit.iterations} of {fit.pieces} pieces of b/a solved"
+        print(f"fit of {fit.observations} measured times from {len(runs)} runs ({scope})")
         rel = "-" if fit.rel_rms is None else f"{100 * fit.rel_rms:.3f} %"
         print(f"  R^2 {fit.r2:.6f}   relative RMS error {rel}   RMS {fit.rms:.6g} s")
         print(table(["stage", "layers", "alpha", "beta"],
