@@ -75,3 +75,29 @@ def test_too_few_rows_given(solver):
         assert res.plan is None and res.status in ("infeasible", "no_solution") and res.stats["reason"]
     else:
         assert res.plan.num_rows == 3 and res.stats["extra_rows"] == 2 and check(inst, res.plan).valid
+
+
+@pytest.mark.parametrize("solver", BUILT_IN)
+def test_more_rows_given_than_samples_fill(solver):
+    """``num_rows=6`` for 5 samples on D = 1: 6 cells, 5 samples, some cell would be empty,
+    so no layout of 6 rows exists. Every planner says ``infeasible`` with that reason
+    (regression: the heuristic and auto raised InputError("window") from the ffd seed, which
+    the CLI then reported as a bad ``--option`` with exit code 2; the baselines said
+    ``no_solution``)."""
+    inst = lengths_window([2, 4, 2, 2, 4], dp=1)
+    res = get_solver(solver)(inst, objective="sync", time_limit=2, num_rows=6)
+    assert res.status == "infeasible" and res.plan is None
+    assert "N=5 < R*D=6" in res.stats["reason"]
+
+
+@pytest.mark.parametrize("solver", ["heuristic", "auto"])
+def test_seed_rules_that_overflow_the_window(solver):
+    """Five samples of length 6, C = 10, D = 4, ``num_rows=1``: no two samples share a cell,
+    so ffd cannot fill one row (4 cells) and its extra row would need 8 cells for 5 samples;
+    the baseline packer raises InputError("window"). The heuristic's seed rules skip that
+    rule, and with no seed left it returns ``no_solution`` with the reason instead of raising
+    (regression: InputError is a ValueError, which the seed loop re-raised)."""
+    inst = lengths_window([6, 6, 6, 6, 6], dp=4, capacity=10)
+    res = get_solver(solver)(inst, objective="sync", time_limit=2, num_rows=1)
+    assert res.status == "no_solution" and res.plan is None
+    assert "no seed layout of R=1 rows" in res.stats["reason"]

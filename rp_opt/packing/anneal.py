@@ -63,7 +63,7 @@ import numpy as np
 
 from ..cost import _AXIS, cost_bounds, get_objective, layout_costs, rank_demand_major, rank_major_view
 from ..errors import MAX_SEED, InputError, integer, is_none, number, require, switch
-from ..result import NO_SOLUTION, Plan, Result
+from ..result import INFEASIBLE, NO_SOLUTION, Plan, Result
 from ..solution import Layout, Placement
 from ..stop import MaxIterations, MaxSeconds, NoImprovement, StoppingCriterion
 from ..solvers import register_solver
@@ -879,6 +879,11 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     else:
         num_rows, witness, row_stats = certified_rows(instance, max(0.5, 0.2 * time_limit))
     stats.update(row_stats)
+    if num_rows is not None and num_rows * cluster.dp > window.num_samples:
+        # a given R with R*D > N: some cell would be empty, no layout exists (as ``exact`` says)
+        stats["rows_status"] = INFEASIBLE
+        stats["reason"] = f"N={window.num_samples} < R*D={num_rows * cluster.dp}: some cell would be empty"
+        num_rows = None
     if num_rows is None:
         # no row count to plan with: infeasible (proven) or no_solution, like every planner
         return Result(stats.pop("rows_status"), None, (), None, time.perf_counter() - started, "heuristic", stats)

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from ..errors import InputError, integer, require
-from ..result import FEASIBLE, NO_SOLUTION, OPTIMAL, Result
+from ..result import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL, Result
 from ..solution import Layout, Placement
 from ..solvers import plan_result, register_solver
 from ..window import CostModel, Instance, Window
@@ -205,6 +205,10 @@ def _baseline_solver(placement_rule: str, packing_rule: str):
                 status, reason = cert.no_rows()
                 return Result(status, None, (), None, time.perf_counter() - start, name, {"reason": reason})
             rows = cert.rows
+        elif rows * cluster.dp > window.num_samples:
+            # a given R with R*D > N: some cell would be empty, no layout exists (as ``exact`` says)
+            return Result(INFEASIBLE, None, (), None, time.perf_counter() - start, name,
+                          {"reason": f"N={window.num_samples} < R*D={rows * cluster.dp}: some cell would be empty"})
         try:
             layout, stats = pack(instance, packing_rule, rows)
         except InputError as exc:

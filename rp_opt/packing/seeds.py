@@ -22,6 +22,7 @@ import logging
 
 import numpy as np
 
+from ..errors import InputError
 from ..solution import Layout
 from ..window import Instance
 
@@ -266,9 +267,16 @@ def seed_layouts(instance: Instance, num_rows: int, demand_by_rank: np.ndarray, 
                 layout = greedy_layout(instance, num_rows, demand_by_rank)
             else:
                 raise ValueError(f"unknown seed rule {rule!r}")
+        except InputError as exc:
+            # a baseline that cannot fill R* rows raises InputError("window"): that rule has
+            # no seed (InputError is a ValueError, so it must be caught before the next clause)
+            if exc.field != "window":
+                raise
+            log.info("seed %s failed: %s", rule, exc)
+            layout = None
         except ValueError:
             raise
-        except Exception as exc:  # a baseline that cannot fill R* rows raises InputError
+        except Exception as exc:
             log.info("seed %s failed: %s", rule, exc)
             layout = None
         if layout is None:
