@@ -83,6 +83,29 @@ def test_infeasible_window_exit_1_for_every_solver(tmp_path, capsys, solver):
     assert "infeasible" in captured.out and "Traceback" not in captured.err and "error" not in captured.err
 
 
+def test_solver_input_error_is_not_blamed_on_options(tmp_path, capsys):
+    """With any ``--option`` given, an InputError the solver raised for another field (here
+    ``warm_start``: a plan of R rows for ``num_rows=R+1``) was reported as a bad ``--option``,
+    ``--option: num_rows=2: InputError: warm_start: ...``; it now prints as it was raised. And
+    ``num_rows=5`` on 16 samples, D = 4 (20 cells) is an infeasible window for the heuristic,
+    exit code 1 with the reason, where it was an ``--option`` error with exit code 2."""
+    window, plan = str(tmp_path / "w.npz"), tmp_path / "p.json"
+    assert main(["gen", "--samples", "16", "--dp", "4", "--ep", "2", "--experts", "4", "--top-k", "2",
+                 "--layers", "2", "--capacity", "4096", "-o", window]) == 0
+    assert main(["plan", window, "-o", str(plan)]) == 0
+    rows = len(json.loads(plan.read_text())["rows"])
+    assert (rows + 1) * 4 <= 16
+    capsys.readouterr()
+    assert main(["plan", window, "--solver", "heuristic", "--time-limit", "1", "--warm-start", str(plan),
+                 "--option", f"num_rows={rows + 1}"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(err) == 1 and err[0].startswith("error: warm_start: is not a valid layout") and "--option" not in err[0]
+    assert main(["plan", window, "--solver", "heuristic", "--time-limit", "1", "--option", "num_rows=5",
+                 "--json"]) == 1
+    out = _json(capsys)
+    assert out["status"] == "infeasible" and out["stats"]["reason"] == "N=16 < R*D=20: some cell would be empty"
+
+
 def test_unknown_solver_and_objective(capsys):
     assert main(["plan", "--solver", "magic"]) == 2
     assert "solver: unknown solver 'magic'" in capsys.readouterr().err

@@ -77,6 +77,8 @@ def run(args) -> int:
     try:
         result = solver(instance, objective=args.objective, time_limit=args.time_limit, seed=args.seed,
                         warm_start=warm, **options)
+    except InputError:
+        raise  # already one line naming its field (an InputError is a ValueError: not an option's fault)
     except (TypeError, ValueError, ArithmeticError) as exc:  # ArithmeticError: ZeroDivisionError, OverflowError
         if not options:
             raise
