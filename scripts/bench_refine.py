@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 from rp_opt.bench.suites import add_window_arguments, window_from_arguments
@@ -47,6 +48,10 @@ def main(argv=None) -> int:
                                               refine=refine, report_baseline=False,
                                               search_workers=args.search_workers)
                 seconds = time.perf_counter() - t0
+                if res.plan is None:  # a window with no layout: one line and exit code 1, as rp-opt plan
+                    print(f"error: window: heuristic returned no plan ({res.status}: {res.stats.get('reason')})",
+                          file=sys.stderr)
+                    return 1
                 assert check(inst, res.plan).valid
                 rounds = res.stats.get("refine") or []
                 row = {"limit": limit, "seed": seed, "refine": refine, "seconds": seconds, "primary": res.score[0],

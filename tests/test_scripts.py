@@ -100,3 +100,22 @@ def test_bench_rows_and_score(tmp_path):
                      str(tmp_path / "w.npz"))
     assert re.search(r"N=64 L=4 E=256 R=\d+: score median [0-9.]+ s", out)
     assert (tmp_path / "w.npz").exists()
+
+
+@pytest.mark.parametrize("name, args", [("bench_lumpiness", ["--time-limit", "1", "--swap-seconds", "0.1"]),
+                                        ("bench_refine", ["--limits", "1"])])
+def test_window_scripts_on_an_infeasible_window(tmp_path, name, args):
+    """``--window`` with 8 samples for one row of D = 16 slots: the heuristic returns no plan
+    (``infeasible``); the script says so in one line with the reason and exits 1 (it died
+    with an AttributeError traceback on ``res.plan.placement`` inside the checker)."""
+    from rp_opt.cli import main
+
+    window = str(tmp_path / "w.npz")
+    assert main(["gen", "--samples", "8", "--dp", "16", "--ep", "2", "--experts", "4", "--top-k", "2",
+                 "--layers", "2", "--capacity", "4096", "-o", window]) == 0
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", f"{name}.py"), "--window", window, *args],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error")]
+    assert errors == ["error: window: heuristic returned no plan (infeasible: window has 8 samples for 16 cells "
+                      "(one row of D=16 slots); every cell needs a sample; use at most 8 DP slots or add 8 samples)"]
