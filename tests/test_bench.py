@@ -303,3 +303,21 @@ def test_cli_bench_json(capsys):
     data = json.loads(capsys.readouterr().out)
     assert [r["solver"] for r in data["records"]] == ["baseline", "kk"]
     assert main(["bench", "nope"]) == 2
+
+
+def test_question_plan_names_the_reason():
+    """``rp_opt.bench.questions.plan`` on 3 samples for D = 4 slots (no layout): one line
+    with the status and the solver's reason (it said only "baseline returned no plan
+    (infeasible)")."""
+    from rp_opt import Cluster, CostModel, Instance, Stage, Window
+    from rp_opt.bench.questions import plan
+
+    lengths = np.array([2, 4, 2])
+    demand = np.zeros((3, 1, 2), dtype=np.int64)
+    demand[np.arange(3), 0, np.arange(3) % 2] = lengths
+    inst = Instance(Window(lengths, demand, top_k=1), Cluster(4, 1, 1, 7),
+                    CostModel((Stage("softmax", 1, 1.0, 0.1),), gamma=0.5))
+    with pytest.raises(InputError) as info:
+        plan(inst, "baseline")
+    assert str(info.value).startswith("window: baseline returned no plan (infeasible: window has 3 samples for 4 cells")
+    assert "\n" not in str(info.value)

@@ -40,7 +40,8 @@ def plan(instance, solver: str = "heuristic", *, objective: str = "sync", quick:
     opts.update(options)
     result = get_solver(solver)(instance, objective=objective, time_limit=60.0, seed=seed, **opts)
     if result.plan is None:
-        raise InputError("window", f"{solver} returned no plan ({result.status})")
+        why = result.stats.get("reason")
+        raise InputError("window", f"{solver} returned no plan ({result.status}" + (f": {why})" if why else ")"))
     return result.plan
 
 
