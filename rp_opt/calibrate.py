@@ -143,9 +143,10 @@ class _Cells:
         inst, layout = run.instance, run.plan.layout
         shape = (layout.num_rows, inst.cluster.edp, -1)
         unit = Instance(inst.window, inst.cluster, _unit_cost(prior))
+        # layout_costs first: it rejects a plan that does not fit the window and the cluster
+        expert = layout_costs(unit, run.plan.placement, layout).expert
         return cls(cell_sums(layout, inst.window.lengths.astype(np.float64)).reshape(shape),
-                   cell_sums(layout, inst.window.attn_work).reshape(shape),
-                   layout_costs(unit, run.plan.placement, layout).expert)
+                   cell_sums(layout, inst.window.attn_work).reshape(shape), expert)
 
     def ties(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         """Every rho > 0 at which two slots of a block tie in some stage."""

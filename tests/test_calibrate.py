@@ -216,3 +216,24 @@ def test_no_ratio_fits_better_than_the_fit(data):
     assert sse <= _grid_sse(runs, prior, points=200) * (1 + 1e-9) + 1e-9
     model = np.concatenate([predicted_times(instance, run.plan, fit.cost).ravel() for run in runs])
     assert fit.predicted == pytest.approx(model, rel=1e-9, abs=1e-9)
+
+
+def test_a_plan_that_does_not_fit_the_cluster_is_an_input_error():
+    """Eight samples on a cluster of D = 4 slots in G = 2 shards, measured under a plan of
+    2 rows x 3 slots (times [R][G] = 2 x 2, so TimingRun accepts the shape): the fit used
+    to reshape the 6 cells into [R, G, D/G] = [2, 2, ?] and raise a ValueError; it now
+    raises the one-line InputError of layout_costs. A plan placing 6 of the 8 samples
+    (a bincount ValueError before) is an InputError too."""
+    from rp_opt import Cluster, Instance, Layout, Placement, Window
+    from rp_opt.result import Plan
+
+    lengths = np.array([3, 5, 2, 7, 1, 4, 6, 2])
+    prior = CostModel((Stage("attn", 1, 1.0, 0.1),), 1.0)
+    instance = Instance(Window(lengths, lengths.reshape(8, 1, 1), top_k=1), Cluster(4, 2, 1, 100), prior)
+    placement = Placement(np.zeros((1, 1), dtype=np.int64), 1)
+    three = TimingRun(instance, Plan(placement, Layout(np.arange(8) % 6, 2, 3), "sync", (0.0,)), np.ones((2, 2)))
+    with pytest.raises(InputError, match=r"^layout: has 3 slots, the cluster has D=4$"):
+        fit_cost([three])
+    short = TimingRun(instance, Plan(placement, Layout(np.arange(6), 2, 4), "sync", (0.0,)), np.ones((2, 2)))
+    with pytest.raises(InputError, match=r"^layout: places 6 samples, the window has N=8$"):
+        fit_cost([short])
