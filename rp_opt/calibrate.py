@@ -56,7 +56,10 @@ class TimingRun:
     times: np.ndarray
 
     def __post_init__(self):
-        times = np.asarray(self.times, dtype=np.float64)
+        try:
+            times = np.asarray(self.times, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InputError("times", "must be a rectangular [R][G] array of seconds (NaN: missing)") from None
         shape = (self.plan.layout.num_rows, self.instance.cluster.edp)
         require(times.shape == shape, "times", f"has shape {times.shape}, the plan has (R, G) = {shape}")
         bad = np.argwhere(~np.isnan(times) & ~((times >= 0) & np.isfinite(times)))

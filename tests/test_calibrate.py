@@ -237,3 +237,12 @@ def test_a_plan_that_does_not_fit_the_cluster_is_an_input_error():
     short = TimingRun(instance, Plan(placement, Layout(np.arange(6), 2, 4), "sync", (0.0,)), np.ones((2, 2)))
     with pytest.raises(InputError, match=r"^layout: places 6 samples, the window has N=8$"):
         fit_cost([short])
+
+
+def test_times_that_are_not_a_numeric_array_are_an_input_error(measured):
+    """TimingRun of a ragged list [[1], [2, 3]] or of a list holding the string "x" used to
+    raise numpy's ValueError; it raises the one-line InputError naming ``times``."""
+    instance, _, plans = measured
+    for times in ([[1.0], [2.0, 3.0]], [["x", 1.0], [2.0, 3.0]]):
+        with pytest.raises(InputError, match=r"^times: must be a rectangular \[R\]\[G\] array"):
+            TimingRun(instance, plans[0], times)
