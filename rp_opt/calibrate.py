@@ -15,7 +15,8 @@ Model (MODEL.md): J[r,g] = sum_s n_s max_{d in g}(alpha_s T_{r,d} + beta_s Q_{r,
 token and pair counts of a cell are the same for every stage), so the fit estimates the
 totals a = sum_s n_s alpha_s, b = sum_s n_s beta_s and gamma, and splits a and b across
 stages in the proportions of the prior cost model (the FLOP defaults): alpha_s = a u_s,
-beta_s = b v_s.
+beta_s = b v_s. (A prior whose beta_s, or alpha_s, are all 0 gives no proportions: the
+total is then split evenly per layer, and the fit may still find b > 0, or a > 0.)
 
 The fit is the global least-squares optimum over (a, b, gamma) >= 0. Which slot attains
 a stage's maximum depends on the ratio rho = b / a alone (slot d's cost is
@@ -26,8 +27,8 @@ pairs (a, b) of the piece form the cone spanned by (1, rho_lo) and (1, rho_hi) (
 for rho_hi = inf), so J = l1 (x_T + rho_lo x_Q) + l2 (x_T + rho_hi x_Q) + gamma x_W with
 l1, l2, gamma >= 0: one non-negative least squares (:func:`scipy.optimize.nnls`) gives the
 exact optimum of the piece. The best piece is the global fit, and its predictions are
-the model's own. With more than :data:`MAX_PIECES` pieces, the pieces holding
-:data:`MAX_PIECES` log-spaced values of rho are solved (``Fit.exhaustive`` False).
+the model's own. With more than :data:`MAX_PIECES` pieces, :data:`MAX_PIECES` of them
+evenly spaced in the order of the ties are solved (``Fit.exhaustive`` False).
 """
 
 from __future__ import annotations
@@ -190,10 +191,10 @@ def _pieces(ties: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray, int]:
     lo = np.concatenate([[0.0], edges])
     hi = np.concatenate([edges, [np.inf]])
     if lo.size > limit:
-        # the pieces holding log-spaced values of rho (always the first and the last)
-        probe = np.geomspace(edges[0] / 2, edges[-1] * 2, max(limit, 2))
-        pick = np.unique(np.searchsorted(edges, probe, side="right"))
-        return lo[pick], hi[pick], int(edges.size + 1)
+        # ``limit`` pieces evenly spaced in the order of the ties (the first and the last
+        # among them): every quantile of the ties is represented, none twice
+        pick = np.unique(np.linspace(0, lo.size - 1, limit).round().astype(np.int64))
+        return lo[pick], hi[pick], int(lo.size)
     return lo, hi, int(lo.size)
 
 
@@ -227,6 +228,10 @@ def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iteratio
     ties = np.concatenate([c.ties(u, v) for c in cells])
     limit = integer("max_iterations", max_iterations, 1, none=True, hint="None: MAX_PIECES") or MAX_PIECES
     lo, hi, pieces = _pieces(ties, limit)
+    # fit times in units of the largest one (squared errors of times near 1e154 s would
+    # overflow, near 1e-154 s underflow); the coefficients scale back linearly
+    scale = float(np.max(y))
+    unit_y = y / scale
 
     best = None  # (squared error, coefficients, regressors)
     for rho_lo, rho_hi in zip(lo, hi):
@@ -235,26 +240,29 @@ def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iteratio
         x = np.concatenate([c.regressors(rho, u, v, prior.layers) for c in cells])[measured]
         # the piece's (a, b) cone: rays (1, rho_lo) and (1, rho_hi), or (0, 1) when rho_hi = inf
         far = x[:, 0] + rho_hi * x[:, 1] if np.isfinite(rho_hi) else x[:, 1]
-        lam = _nnls(np.stack([x[:, 0] + rho_lo * x[:, 1], far, x[:, 2]], axis=1), y)
+        lam = _nnls(np.stack([x[:, 0] + rho_lo * x[:, 1], far, x[:, 2]], axis=1), unit_y)
         a = lam[0] + (lam[1] if np.isfinite(rho_hi) else 0.0)
         b = lam[0] * rho_lo + lam[1] * (rho_hi if np.isfinite(rho_hi) else 1.0)
         coef = np.array([a, b, lam[2]])
-        error = float(((x @ coef - y) ** 2).sum())
+        error = float(((x @ coef - unit_y) ** 2).sum())
         if best is None or error < best[0]:
             best = (error, coef, x)
     _, coef, x = best
+    coef = coef * scale
     require(bool(np.any(coef > 0)), "times",
             f"cannot be fitted: every non-negative coefficient fit of the {y.size} measured values is 0 "
             "(do the times grow with the tokens of the rows?)")
     predicted = x @ coef
     stages = tuple(Stage(s.name, s.layers, coef[0] * u[k], coef[1] * v[k]) for k, s in enumerate(prior.stages))
     cost = CostModel(stages, float(coef[2]))
-    residual = predicted - y
-    total = float(((y - y.mean()) ** 2).sum())
+    # the statistics in units of the largest time too (r2 and the relative error do not
+    # depend on them; the RMS error scales back)
+    residual = predicted / scale - unit_y
+    total = float(((unit_y - unit_y.mean()) ** 2).sum())
     r2 = 1.0 - float((residual ** 2).sum()) / total if total > 0 else (1.0 if np.allclose(residual, 0) else 0.0)
     positive = y > 0
-    rel_rms = float(np.sqrt(np.mean((residual[positive] / y[positive]) ** 2))) if positive.any() else None
-    rms = float(np.sqrt(np.mean(residual ** 2)))
+    rel_rms = float(np.sqrt(np.mean((residual[positive] / unit_y[positive]) ** 2))) if positive.any() else None
+    rms = float(np.sqrt(np.mean(residual ** 2))) * scale
     totals = {"attention_tokens": float(coef[0]), "attention_pairs": float(coef[1]), "gamma": float(coef[2])}
     return Fit(cost, r2, rel_rms, rms, int(y.size), int(lo.size), totals, predicted, y, pieces, lo.size == pieces)
 

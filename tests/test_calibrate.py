@@ -246,3 +246,27 @@ def test_times_that_are_not_a_numeric_array_are_an_input_error(measured):
     for times in ([[1.0], [2.0, 3.0]], [["x", 1.0], [2.0, 3.0]]):
         with pytest.raises(InputError, match=r"^times: must be a rectangular \[R\]\[G\] array"):
             TimingRun(instance, plans[0], times)
+
+
+def test_time_scale_and_piece_limit():
+    """The fit of the seven-sample case above, with every time multiplied by 1e200 (squared
+    errors of such times overflow a float) gives the same coefficients times 1e200 and the
+    same r2; ``max_iterations=k`` solves exactly k of the pieces (none twice), and the
+    sampled fits are never better than the exhaustive one."""
+    from rp_opt import Cluster, Instance, Window
+
+    lengths = np.array([26, 24, 3, 12, 14, 20, 27])
+    prior = CostModel((Stage("lin", 3, 0.03, 0.0), Stage("soft", 1, 0.86, 0.13)), 1.0)
+    instance = Instance(Window(lengths, lengths.reshape(7, 1, 1), top_k=1), Cluster(2, 1, 1, 1000), prior)
+    cells = [[3, 4, 1, 0, 2, 5, 5], [5, 1, 3, 0, 2, 2, 4], [0, 1, 2, 5, 3, 5, 4]]
+    times = [[[84.4], [259.55], [346.09]], [[342.92], [280.14], [223.35]], [[78.58], [63.96], [78.75]]]
+    fit = fit_cost([_sample_run(instance, c, t) for c, t in zip(cells, times)])
+    huge = fit_cost([_sample_run(instance, c, np.array(t) * 1e200) for c, t in zip(cells, times)])
+    for key, value in fit.totals.items():
+        assert huge.totals[key] == pytest.approx(value * 1e200, rel=1e-9)
+    assert huge.r2 == pytest.approx(fit.r2, rel=1e-9) and np.isfinite(huge.rms)
+    assert fit.exhaustive and fit.pieces >= 2
+    for k in range(1, fit.pieces):
+        part = fit_cost([_sample_run(instance, c, t) for c, t in zip(cells, times)], max_iterations=k)
+        assert part.iterations == k and not part.exhaustive and part.pieces == fit.pieces
+        assert part.rms >= fit.rms * (1 - 1e-12)
