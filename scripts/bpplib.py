@@ -67,6 +67,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     optima = read_optima(args.root)
     start = time.time()
+    if args.log not in (None, "-") and os.path.dirname(args.log):
+        os.makedirs(os.path.dirname(args.log), exist_ok=True)  # docs/bpplib.md logs to /tmp/rw/
     log = None if args.log is None else (sys.stderr if args.log == "-" else open(args.log, "a"))
     results = [run_folder(args.root, f, optima, args.time_limit, args.limit, log) for f in args.folders.split(",")]
     if args.json:

@@ -119,3 +119,11 @@ def test_window_scripts_on_an_infeasible_window(tmp_path, name, args):
     errors = [line for line in out.stderr.splitlines() if line.startswith("error")]
     assert errors == ["error: window: heuristic returned no plan (infeasible: window has 8 samples for 16 cells "
                       "(one row of D=16 slots); every cell needs a sample; use at most 8 DP slots or add 8 samples)"]
+
+
+def test_bpplib_log_in_a_new_folder(tmp_path):
+    """docs/bpplib.md's commands log to /tmp/rw/final.log: the folder need not exist."""
+    log = tmp_path / "rw" / "final.log"
+    out = run_script("bpplib", "--root", os.path.join(ROOT, "tests", "data", "bpplib"), "--folders", "scholl_1",
+                     "--limit", "1", "--time-limit", "2", "--log", str(log), "--json")
+    assert '"folder": "scholl_1"' in out and log.read_text().count("\n") == 1
