@@ -56,23 +56,27 @@ def _read_current(path: str, instance) -> tuple[Placement, Layout | None]:
     return placement, layout
 
 
-def _baseline_layout(instance) -> Layout:
-    from ..packing.baseline import pack
+def _baseline_layout(instance):
+    """The identity + ffd baseline's :class:`~rp_opt.result.Result` (its layout is the one
+    a plan file and the rows objective use; no plan: infeasible or no_solution, with the
+    reason)."""
+    from ..solvers import get_solver
 
-    layout, _ = pack(instance, "ffd")
-    return layout
+    return get_solver("baseline")(instance, objective="sync")
 
 
-def _no_layout(args, path: str, exc: InputError) -> int:
-    """Exit code 1 when the window admits no layout (an infeasible window), which the rows
-    objective and ``-o`` need; the reason on stdout (with ``--json`` as ``reason``)."""
-    out = {"file": path, "method": args.method, "objective": args.objective, "status": "infeasible",
-           "reason": exc.message, "output": None}
+def _no_layout(args, path: str, result) -> int:
+    """Exit code 1 when the baseline found no layout of the window (``infeasible``, or
+    ``no_solution`` when R* was not proven in time), which the rows objective and ``-o``
+    need; the reason on stdout (with ``--json`` as ``reason``)."""
+    reason = result.stats.get("reason", "")
+    out = {"file": path, "method": args.method, "objective": args.objective, "status": result.status,
+           "reason": reason, "output": None}
     if args.json:
         emit_json(out)
     else:
         need = "the rows objective" if args.objective == "rows" else f"-o {args.output}"
-        print(f"{path}: infeasible: {exc.message} ({need} needs a layout; nothing written)")
+        print(f"{path}: {result.status}: {reason} ({need} needs a layout; nothing written)")
     return 1
 
 
@@ -108,12 +112,10 @@ def run(args) -> int:
         current_name = "identity"
     if layout is None and (objective.name == "rows" or args.output):
         # before the work: the rows objective and the plan file need a layout of the window
-        try:
-            layout = _baseline_layout(instance)
-        except InputError as exc:
-            if exc.field != "window":
-                raise
-            return _no_layout(args, path, exc)
+        baseline = _baseline_layout(instance)
+        if baseline.plan is None:
+            return _no_layout(args, path, baseline)
+        layout = baseline.plan.layout
 
     start = time.perf_counter()
     analytic = placement_lower_bound(window.expert_load(), num_ranks).astype(np.float64)
@@ -167,8 +169,6 @@ def run(args) -> int:
         from ..io import save_plan
         from ..result import Plan
 
-        if layout is None:
-            layout = _baseline_layout(instance)
         plan = Plan(placement, layout, "sync", score(instance, placement, layout, "sync"),
                     {"placement_method": args.method, "placement_objective": objective.name})
         write_reported(out, save_plan, args.output, plan)
