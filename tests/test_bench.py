@@ -91,6 +91,18 @@ def test_runner_records_errors_instead_of_raising():
     assert rec["status"] == "error" and "no_such_option" in rec["error"] and rec["valid"] is False
 
 
+def test_runner_records_the_reason_of_a_window_without_a_plan():
+    """3 samples cannot fill one row of D = 4 slots: the record says infeasible, invalid,
+    and why (the certifier's reason), for a packer and for the exact solver alike."""
+    from rp_opt.bench.suites import InstanceSpec
+
+    spec = InstanceSpec("too-few", "ling-tiny-like", samples=3, dp=4, edp=1, ep=2, capacity=4096, layers=2,
+                        experts=4, top_k=2)
+    for rec in run_tasks([Task(spec, "baseline"), Task(spec, "exact", time_limit=2)]):
+        assert rec["status"] == "infeasible" and rec["valid"] is False and rec["score"] is None
+        assert "3 samples for 4 cells" in rec["reason"]
+
+
 def test_process_pool_gives_the_same_records_as_in_process():
     specs = suite("tiny")
     tasks = [Task(s, name) for s in specs for name in ("baseline", "kk")]

@@ -130,7 +130,8 @@ def run_task(task: Task) -> dict:
         stats_placement=stats.get("placement"),
     )
     if result.plan is None:
-        record["valid"] = False
+        # no plan: why (infeasible window, R* not proven, nothing found in time)
+        record.update(valid=False, reason=stats.get("reason"))
         return record
     report = check(instance, result.plan)
     if task.keep_plan:
