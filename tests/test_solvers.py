@@ -101,3 +101,17 @@ def test_seed_rules_that_overflow_the_window(solver):
     res = get_solver(solver)(inst, objective="sync", time_limit=2, num_rows=1)
     assert res.status == "no_solution" and res.plan is None
     assert "no seed layout of R=1 rows" in res.stats["reason"]
+
+
+def test_heuristic_says_r_star_only_when_it_proved_it():
+    """R* = 3 for these lengths (test_rows_not_proven_in_time). Certified in the run, the
+    stats carry ``r_star`` = 3; with ``num_rows`` given (a caller's R, here 4: a valid
+    layout of one more row) they carry ``num_rows`` = 4 and no ``r_star``, which used to
+    read 4."""
+    inst = lengths_window([2, 4, 2, 2, 4], dp=1)
+    heuristic = get_solver("heuristic")
+    res = heuristic(inst, objective="sync", time_limit=1)
+    assert res.stats["r_star"] == 3 and res.stats["num_rows"] == 3 and res.plan.num_rows == 3
+    res = heuristic(inst, objective="sync", time_limit=1, num_rows=4)
+    assert "r_star" not in res.stats and res.stats["num_rows"] == 4 and res.plan.num_rows == 4
+    assert check(inst, res.plan).valid

@@ -887,7 +887,11 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     if num_rows is None:
         # no row count to plan with: infeasible (proven) or no_solution, like every planner
         return Result(stats.pop("rows_status"), None, (), None, time.perf_counter() - started, "heuristic", stats)
-    stats["r_star"] = num_rows
+    # R* only when this run proved it; a given or warm-start R, or a witness's unproven
+    # rows, is what the layout uses, not R*
+    stats["num_rows"] = num_rows
+    if stats.get("rows_status") == "optimal":
+        stats["r_star"] = num_rows
     timings["rows"] = time.perf_counter() - t
 
     t = time.perf_counter()
