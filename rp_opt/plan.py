@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from .cost import get_objective
-from .result import OPTIMAL, Result
+from .result import FEASIBLE, OPTIMAL, Result
 from .solvers import get_solver, register_solver
 from .window import Instance
 
@@ -112,9 +112,15 @@ def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed:
         stats["auto_kept"] = "heuristic"
         return Result(guess.status, guess.plan, guess.score, bound,
                       time.perf_counter() - started, "auto", stats)
+    status = result.status
+    if status == OPTIMAL and "rows_lower_bound" in guess.stats:
+        # the rows are a witness's, R* was not proven: optimal for R = num_rows only
+        status = FEASIBLE
+        stats.update(optimal_for_rows=num_rows, rows_method=guess.stats.get("rows_method"),
+                     rows_lower_bound=guess.stats["rows_lower_bound"])
     if bound is not None and result.score:
-        bound = min(bound, result.score[0]) if result.status == OPTIMAL else bound
+        bound = min(bound, result.score[0]) if status == OPTIMAL else bound
     base = stats.get("baseline_score")
     if base:
         stats["improvement"] = improvement(base[0], result.score[0])
-    return Result(result.status, result.plan, result.score, bound, time.perf_counter() - started, "auto", stats)
+    return Result(status, result.plan, result.score, bound, time.perf_counter() - started, "auto", stats)
