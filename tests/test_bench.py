@@ -80,7 +80,9 @@ def test_runner_checks_every_plan_and_exact_closes_the_tiny_gap():
     info = instance_summary(records)[specs[0].name]
     exact = records[2]
     assert exact["status"] == "optimal" and exact["primary_proven"]
-    assert info["optimal"] and info["best"] == pytest.approx(exact["score"])
+    # exact proves the optimum of the reference placement's packing, not of the instance
+    assert info["proven_for"] == ["reference"] and info["best"] == pytest.approx(exact["score"])
+    assert info["placement_bounds"]["reference"] >= info["bound"]
     # no valid plan may beat a proven bound of the same packing problem
     assert all(r["score"] >= info["bound"] * (1 - 1e-6) for r in records if r["solver"] == "exact")
 
@@ -174,6 +176,78 @@ def test_gap_tables_from_hand_records():
     assert x[1:3] == [2, 1]  # runs, valid
     text = markdown(headers, rows)
     assert text.count("\n") == len(rows) + 1
+
+
+def _rec(instance, solver, score, bound, rows=2, placement=None, bound_placement=None, **more):
+    rec = {"instance": instance, "config": "c", "solver": solver, "valid": score is not None, "score": score,
+           "score_levels": [score] if score is not None else [], "bound": bound, "num_rows": rows,
+           "bound_rows": rows, "placement": placement, "bound_placement": bound_placement, "seconds": 1.0,
+           "status": "feasible" if score is not None else "no_solution"}
+    rec.update(more)
+    return rec
+
+
+def test_a_fixed_placement_bound_is_no_bound_for_other_placements():
+    """exact on the identity placement proves 120 (optimal for that placement); joint, free
+    to choose its placement, finds 100 with bound 95 (every placement); the heuristic on the
+    identity placement finds 125. The instance's best bound is 95, not 120 (a plan of 100
+    exists), the optimum is not proven (95 < 100), joint's gap is 100/95 - 1, not -16.7 %,
+    and only the heuristic's plan (same placement) is measured against 120. The old report
+    took the maximum of every bound: 120 > best score 100, 'optimal', negative gaps."""
+    recs = [_rec("a", "exact-id", 120.0, 120.0, placement="identity", bound_placement="identity",
+                 primary_proven=True, status="optimal"),
+            _rec("a", "joint", 100.0, 95.0),
+            _rec("a", "heuristic", 125.0, 90.0, placement="identity")]
+    info = add_gaps(recs)["a"]
+    assert info["bound"] == 95.0 and info["best"] == 100.0 and info["best_solver"] == "joint"
+    assert not info["optimal"] and info["proven_by"] is None and info["proven_for"] == ["identity"]
+    assert info["placement_bounds"] == {"identity": 120.0}
+    assert recs[1]["gap_bound"] == pytest.approx(100 * 5 / 95)
+    assert recs[2]["gap_bound"] == pytest.approx(100 * 5 / 120) and recs[0]["gap_bound"] == 0.0
+    assert all(r["gap_bound"] >= 0 for r in recs)
+    # a bound for a placement the solver chose itself ("own") holds for that run alone
+    own = [_rec("b", "auto", 110.0, 110.0, bound_placement="own"), _rec("b", "kk", 100.0, 80.0)]
+    info = add_gaps(own)["b"]
+    assert info["bound"] == 80.0 and own[0]["gap_bound"] == 0.0 and own[1]["gap_bound"] == pytest.approx(25.0)
+
+
+def test_a_bound_for_r_rows_is_no_bound_for_more_rows():
+    """The exact solver bounds 2-row layouts by 100 (its plan: 101); a baseline that needed a
+    third row scores 99 with its own 3-row bound 90. The instance's problem is R = 2 (the
+    fewest rows of a valid plan): best 101, bound 100; the 3-row plan's gap is to 90, and the
+    2-row bound is not compared with it (old report: bound 100 > best 99, 'optimal', a gap of
+    -1 %)."""
+    recs = [_rec("a", "exact", 101.0, 100.0, rows=2), _rec("a", "baseline", 99.0, 90.0, rows=3)]
+    info = add_gaps(recs)["a"]
+    assert info["rows"] == 2 and info["bound"] == 100.0 and info["best"] == 101.0 and not info["optimal"]
+    assert recs[0]["gap_bound"] == pytest.approx(1.0) and recs[1]["gap_bound"] == pytest.approx(100 * 9 / 90)
+    assert recs[1]["gap_best"] == pytest.approx(100 * -2 / 101)
+
+
+def test_best_solver_breaks_primary_ties_lexicographically():
+    """Two plans with primary 100: x's levels (100, 50) and y's (100, 40); y is the best plan
+    whatever the order of the records (the old report kept the first one seen)."""
+    recs = [_rec("a", "x", 100.0, 90.0, score_levels=[100.0, 50.0]),
+            _rec("a", "y", 100.0, 90.0, score_levels=[100.0, 40.0])]
+    assert instance_summary(recs)["a"]["best_solver"] == "y"
+    assert instance_summary(recs[::-1])["a"]["best_solver"] == "y"
+
+
+def test_per_instance_cells_of_invalid_plans_and_missing_bounds():
+    """An invalid plan (checker said no) shows 'invalid', not its solver's status 'feasible';
+    a plan whose solver's score the checker contradicts does not count as the best; a valid
+    plan with no bound for its rows shows '-' (the old table raised TypeError on None)."""
+    from rp_opt.bench.report import per_instance_rows
+
+    recs = [_rec("a", "x", 80.0, None, valid=False),
+            _rec("a", "y", 90.0, None, check_agrees=False),
+            _rec("a", "z", 100.0, None),
+            _rec("a", "w", None, None, status="error", valid=False)]
+    headers, rows = per_instance_rows(recs)
+    row = dict(zip(headers, rows[0]))
+    assert row["best score"] == 100.0 and row["best bound"] is None
+    assert row["x: gap% (s)"] == "invalid" and row["y: gap% (s)"] == "score != checker's"
+    assert row["z: gap% (s)"] == "- (1.0)" and row["w: gap% (s)"] == "error"
 
 
 def test_plots_skip_without_matplotlib(monkeypatch, tmp_path):

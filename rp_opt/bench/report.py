@@ -14,31 +14,123 @@ from .stats import pm
 REL_TOL = 1e-6  # a bound within this relative distance of a score proves it
 
 
-def instance_summary(records: list[dict]) -> dict[str, dict]:
-    """Per instance: the best bound any solver proved, the best valid score, whether the
-    optimum of the primary is known, and which solver proved it.
+def usable(rec: dict) -> bool:
+    """A record whose plan counts: valid by the checker, with a score (the checker's
+    recomputed score agreeing with it where the runner compared them)."""
+    return bool(rec.get("valid")) and rec.get("score") is not None and rec.get("check_agrees") is not False
 
-    Every solver's bound holds for the packing problem of the reference placement (exact
-    and heuristic receive that placement; the other solvers report the placement-free
-    analytic bound of MODEL.md), so the maximum is a valid bound for that problem.
+
+def plan_rows(rec: dict):
+    """Rows of the record's plan (None without a plan)."""
+    return rec.get("num_rows")
+
+
+def bound_rows(rec: dict):
+    """Rows the record's bound holds for (runner: ``bound_rows``; older records: the plan's)."""
+    return rec.get("bound_rows", rec.get("num_rows"))
+
+
+def plan_placement(rec: dict):
+    """Name of the fixed placement the record's plan was made for (the task's
+    ``placement``), or None when the solver chose its own."""
+    return rec.get("placement")
+
+
+def bound_applies(bound_rec: dict, rec: dict) -> bool:
+    """Whether ``bound_rec``'s bound is a lower bound for ``rec``'s plan: the same row count
+    and a bound for every placement, or for the fixed placement ``rec``'s plan uses (a
+    bound for a placement the solver chose itself holds for that run alone)."""
+    if bound_rows(bound_rec) != plan_rows(rec):
+        return False
+    scope = bound_rec.get("bound_placement")
+    if scope is None:
+        return True
+    if scope == "own":
+        return bound_rec is rec
+    return scope == plan_placement(rec)
+
+
+def _lex_less(a, b, tol: float = 1e-9) -> bool:
+    """Lexicographic a < b of two score tuples, levels within ``tol`` (relative) equal."""
+    for x, y in zip(a, b):
+        if x < y - tol * max(1.0, abs(y)):
+            return True
+        if x > y + tol * max(1.0, abs(y)):
+            return False
+    return False
+
+
+def instance_summary(records: list[dict]) -> dict[str, dict]:
+    """Per instance, for its problem (packing at ``rows`` rows, the fewest any valid plan
+    uses: R* when a solver planned at R*, under any placement): the best bound, the best
+    valid score, whether the optimum of the primary is known, and which solver proved it.
+
+    A bound holds only for the rows and placements it was proven for (``bound_rows``,
+    ``bound_placement`` of the runner): a bound for a fixed placement (``exact``) is no
+    bound for a plan with another placement, nor a bound for R rows one for R + 1 rows.
+    ``bound`` is the largest bound valid for every placement at ``rows`` rows;
+    ``placement_bounds`` the largest per fixed placement (at least ``bound``), and
+    ``proven_for`` the fixed placements whose packing problem at ``rows`` rows some run
+    proved optimal (no proof of the instance's optimum). ``best`` is the least primary of
+    the valid plans with ``rows`` rows, ``best_solver`` the lexicographically best of them.
     """
     out: dict[str, dict] = {}
+    by_instance: dict[str, list[dict]] = defaultdict(list)
     for rec in records:
-        info = out.setdefault(rec["instance"], {"bound": None, "best": None, "best_solver": None,
-                                                "proven_by": None, "config": rec.get("config"),
-                                                "N": rec.get("N"), "G": rec.get("G"), "rows": None})
-        if rec.get("bound") is not None and (info["bound"] is None or rec["bound"] > info["bound"]):
-            info["bound"] = rec["bound"]
-        if rec.get("valid") and rec.get("score") is not None:
-            if info["best"] is None or rec["score"] < info["best"]:
-                info["best"], info["best_solver"] = rec["score"], rec["solver"]
-            info["rows"] = info["rows"] or rec.get("num_rows")
-            if rec.get("primary_proven") and info["proven_by"] is None:
-                info["proven_by"] = rec["solver"]
-    for info in out.values():
+        by_instance[rec["instance"]].append(rec)
+    for name, recs in by_instance.items():
+        first = recs[0]
+        info = {"bound": None, "best": None, "best_solver": None, "proven_by": None, "config": first.get("config"),
+                "N": first.get("N"), "G": first.get("G"), "rows": None, "placement_bounds": {}, "proven_for": []}
+        planned = [r for r in recs if usable(r)]
+        rows = [plan_rows(r) for r in planned if plan_rows(r) is not None]
+        if rows:
+            info["rows"] = min(rows)
+        elif any(bound_rows(r) is not None for r in recs if r.get("bound") is not None):
+            info["rows"] = min(bound_rows(r) for r in recs if r.get("bound") is not None and bound_rows(r) is not None)
+        at_rows = [r for r in planned if plan_rows(r) == info["rows"]]
+        if at_rows:
+            info["best"] = min(r["score"] for r in at_rows)
+            near = [r for r in at_rows if not _lex_less((info["best"],), (r["score"],))]
+            top = near[0]
+            for r in near[1:]:
+                if _lex_less(r.get("score_levels") or (r["score"],), top.get("score_levels") or (top["score"],)):
+                    top = r
+            info["best_solver"] = top["solver"]
+        placement_best: dict[str, float] = {}
+        for r in at_rows:
+            if plan_placement(r) is not None:
+                key = plan_placement(r)
+                placement_best[key] = min(placement_best.get(key, r["score"]), r["score"])
+        for r in recs:
+            if r.get("bound") is None or bound_rows(r) != info["rows"]:
+                continue
+            scope = r.get("bound_placement")
+            if scope is None:
+                if info["bound"] is None or r["bound"] > info["bound"]:
+                    info["bound"] = r["bound"]
+            elif scope != "own":
+                old = info["placement_bounds"].get(scope)
+                info["placement_bounds"][scope] = r["bound"] if old is None else max(old, r["bound"])
+        for key, value in info["placement_bounds"].items():
+            if info["bound"] is not None:
+                info["placement_bounds"][key] = max(value, info["bound"])
+        for r in at_rows:
+            if not r.get("primary_proven"):
+                continue
+            scope = r.get("bound_placement")
+            if scope is None and info["proven_by"] is None:
+                info["proven_by"] = r["solver"]
+            elif scope not in (None, "own") and scope not in info["proven_for"]:
+                info["proven_for"].append(scope)
+        for key, value in info["placement_bounds"].items():
+            best_p = placement_best.get(key)
+            if key not in info["proven_for"] and best_p is not None and value >= best_p * (1 - REL_TOL):
+                info["proven_for"].append(key)
         best, bound = info["best"], info["bound"]
         closed = best is not None and bound is not None and bound >= best * (1 - REL_TOL)
         info["optimal"] = bool(info["proven_by"] or closed)
+        out[name] = info
     return out
 
 
@@ -49,13 +141,27 @@ def gap(score, reference) -> float | None:
     return 100.0 * (score - reference) / reference
 
 
+def record_bound(rec: dict, records: list[dict]):
+    """The largest bound valid for ``rec``'s plan among ``records`` of its instance
+    (:func:`bound_applies`); None when none is."""
+    bounds = [r["bound"] for r in records if r.get("bound") is not None and r["instance"] == rec["instance"]
+              and bound_applies(r, rec)]
+    return max(bounds) if bounds else None
+
+
 def add_gaps(records: list[dict]) -> dict[str, dict]:
-    """Add ``gap_bound`` and ``gap_best`` (percent) to every record; returns the instance summary."""
+    """Add ``gap_bound`` (to the best bound valid for the record's own plan: its rows, its
+    placement when fixed) and ``gap_best`` (to the instance's best score), in percent, and
+    ``ref_bound`` (that bound) to every record; returns the instance summary."""
     summary = instance_summary(records)
+    by_instance: dict[str, list[dict]] = defaultdict(list)
+    for rec in records:
+        by_instance[rec["instance"]].append(rec)
     for rec in records:
         info = summary[rec["instance"]]
-        ok = rec.get("valid") and rec.get("score") is not None
-        rec["gap_bound"] = gap(rec["score"], info["bound"]) if ok else None
+        ok = usable(rec)
+        rec["ref_bound"] = record_bound(rec, by_instance[rec["instance"]]) if ok else None
+        rec["gap_bound"] = gap(rec["score"], rec["ref_bound"]) if ok else None
         rec["gap_best"] = gap(rec["score"], info["best"]) if ok else None
     return summary
 
@@ -83,23 +189,41 @@ def solvers_of(records: list[dict]) -> list[str]:
     return seen
 
 
+def _optimal_text(info: dict) -> str:
+    if info["optimal"]:
+        return "yes"
+    if info.get("proven_for"):
+        return "no (" + ", ".join(f"{p} placement: yes" for p in info["proven_for"]) + ")"
+    return "no"
+
+
+def _cell(rec: dict | None) -> str:
+    if rec is None:
+        return "-"
+    if not usable(rec):
+        if rec.get("status") in ("optimal", "feasible"):
+            return "invalid" if not rec.get("valid") else "score != checker's"
+        return f"{rec.get('status')}"
+    gap_text = "-" if rec.get("gap_bound") is None else f"{rec['gap_bound']:.2f}"
+    seconds = rec.get("seconds")
+    return gap_text + ("" if seconds is None else f" ({seconds:.1f})")
+
+
 def per_instance_rows(records: list[dict]) -> tuple[list[str], list[list]]:
-    """One row per instance: bound, optimum known, and per solver gap to bound % / seconds."""
+    """One row per instance: rows, best bound (every placement), best bounds of fixed
+    placements, optimum known, best score, and per solver the gap % to the best bound valid
+    for its plan / seconds."""
     summary = add_gaps(records)
     solvers = solvers_of(records)
     by = {(r["instance"], r["solver"]): r for r in records}
-    headers = ["instance", "R*", "best bound", "optimal", "best score"] + [f"{s}: gap% (s)" for s in solvers]
+    headers = (["instance", "R", "best bound", "fixed-placement bound", "optimal", "best score"]
+               + [f"{s}: gap% (s)" for s in solvers])
     rows = []
     for name, info in summary.items():
-        row = [name, info["rows"], info["bound"], "yes" if info["optimal"] else "no", info["best"]]
+        fixed = ", ".join(f"{p}: {_fmt(float(b))}" for p, b in info["placement_bounds"].items()) or "-"
+        row = [name, info["rows"], info["bound"], fixed, _optimal_text(info), info["best"]]
         for s in solvers:
-            rec = by.get((name, s))
-            if rec is None:
-                row.append("-")
-            elif not rec.get("valid"):
-                row.append(f"{rec.get('status')}")
-            else:
-                row.append(f"{rec['gap_bound']:.2f} ({rec['seconds']:.1f})")
+            row.append(_cell(by.get((name, s))))
         rows.append(row)
     return headers, rows
 
@@ -117,10 +241,10 @@ def per_solver_rows(records: list[dict], by_config: bool = False) -> tuple[list[
                                                     "seconds"]
     rows = []
     for key, recs in groups.items():
-        valid = [r for r in recs if r.get("valid")]
+        valid = [r for r in recs if usable(r)]
         proven = sum(1 for r in valid if r.get("primary_proven"))
         opt = sum(1 for r in recs if summary[r["instance"]]["optimal"])
-        rows.append(list(key) + [len(recs), len(valid), proven, opt,
+        rows.append(list(key) + [len(recs), sum(1 for r in recs if r.get("valid")), proven, opt,
                                  pm([r["gap_bound"] for r in valid]), pm([r["gap_best"] for r in valid]),
                                  pm([r.get("seconds") for r in valid], 1)])
     return headers, rows

@@ -27,6 +27,12 @@ log = logging.getLogger("rp_opt")
 
 # solvers that take a fixed placement (the others choose their own)
 PLACEMENT_SOLVERS = {"exact", "heuristic"}
+# solvers whose bound (and proof of optimality) holds only for the placement they plan with:
+# ``exact`` packs for a fixed placement, ``auto`` keeps the better of exact's bound for the
+# heuristic's placement and the heuristic's placement-free one. Every other solver reports
+# a bound valid for every placement (the analytic bounds of MODEL.md, the heuristic's
+# strengthened ones, the joint model's).
+FIXED_PLACEMENT_BOUND = {"exact", "auto"}
 # option name of each solver's thread count
 THREAD_OPTION = {"exact": "workers", "heuristic": "workers", "joint": "workers"}
 PLACEMENTS = ("identity", "lpt", "reference")
@@ -128,6 +134,10 @@ def run_task(task: Task) -> dict:
         primary_proven=bool(levels and str(levels[0].get("status", "")).upper() == "OPTIMAL")
         or result.status == "optimal",
         stats_placement=stats.get("placement"),
+        # the problem the bound (and a proof) is for: R rows, and None (every placement), the
+        # task's placement name, or "own" (a placement the solver chose: this run only)
+        bound_rows=result.plan.num_rows if result.plan else stats.get("num_rows"),
+        bound_placement=(record.get("placement") or "own") if task.solver in FIXED_PLACEMENT_BOUND else None,
     )
     if result.plan is None:
         # no plan: why (infeasible window, R* not proven, nothing found in time)
