@@ -4,8 +4,9 @@ seconds; then per solver and per configuration the count proven optimal and mean
 the gaps over seeds.
 
 All solvers that take a placement (exact, heuristic) get the same reference placement
-(LPT + swap local search), so the best bound is a bound of one packing problem; the
-baselines use their own placements and are measured against that bound.
+(LPT + swap local search); each run's gap is to the best bound valid for its plan (exact's
+bound holds for that placement only, so the baselines, with their own placements, are
+measured against the bounds valid for every placement; docs/benchmarks.md).
 
     python scripts/bench_gap.py --suite small --time-limit 10 --workers 2 --out docs/bench
     python scripts/bench_gap.py --suite tiny --time-limit 1          # seconds (CI)
