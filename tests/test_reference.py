@@ -168,3 +168,45 @@ def test_expert_parallel_simulation_with_gloo(recorded, tmp_path):
             assert np.array_equal(r, routing0[i])
     assert seen == {(l, e) for l in range(LAYERS) for e in range(EXPERTS)}
     assert sorted(i for res in results for i in res["routing"]) == list(range(N))
+
+
+def test_gloo_simulation_with_a_rank_whose_experts_get_no_token(tmp_path):
+    """E = 4 experts on P = 2 ranks (identity: rank 1 holds experts 2 and 3), top-1, router
+    column 1 = -column 0 and columns 2, 3 zero: every token's best logit is |logit_0| >= 0,
+    so every token picks expert 0 or 1 and rank 1's slots get no token in any row. Rank 1
+    must still join the backward all-reduces of the token exchange (it used to skip its
+    empty slots, so its backward held fewer collectives than rank 0's and gloo aborted on
+    the mismatch), and experts 2 and 3 end with zero gradients, as in the single-process
+    step."""
+    import torch.multiprocessing as mp
+
+    from rp_opt.reference.distributed import run_rank
+
+    experts, layers = 4, 1
+    model = TinyMoE(layers=layers, num_experts=experts, top_k=1, seed=5)
+    with torch.no_grad():
+        router = model.moe[0].router
+        router[:, 1] = -router[:, 0]
+        router[:, 2:] = 0.0
+    state = copy.deepcopy(model.state_dict())
+    rng = np.random.default_rng(1)
+    samples = [torch.as_tensor(rng.integers(0, 32, t), dtype=torch.long) for t in (3, 5, 2, 4)]
+    loss0, routing0 = train_step(model, samples, [[i] for i in range(4)])
+    assert set(np.concatenate(routing0).ravel().tolist()) <= {0, 1}
+    grads0 = _grads(model)
+    assert torch.count_nonzero(grads0["moe.0.w_gate"][2:]) == 0
+    payload = {"model": {"layers": layers, "num_experts": experts, "top_k": 1, "seed": 5}, "state": state,
+               "samples": [s.numpy() for s in samples], "rows": [[[0], [1]], [[2], [3]]],
+               "transfers": [], "rounds": [], "log2phy": np.tile(np.arange(experts), (layers, 1))}
+    mp.spawn(run_rank, args=(2, _free_port(), payload, str(tmp_path)), nprocs=2, join=True)
+    results = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    for res in results:
+        assert res["loss"] == pytest.approx(loss0, rel=1e-12)
+        for name, grad in res["replicated"].items():
+            assert torch.allclose(grad, grads0[name], rtol=1e-10, atol=1e-12), name
+    empty = {k: g for k, (g, _) in results[1]["experts"].items()}
+    assert sorted(empty) == [f"moe.0.{n}.{e}" for n in ("w_down", "w_gate", "w_up") for e in (2, 3)]
+    assert all(torch.count_nonzero(g) == 0 for g in empty.values())
+    for key, (grad, _) in results[0]["experts"].items():
+        _, l, n, e = key.split(".")
+        assert torch.allclose(grad, grads0[f"moe.{l}.{n}"][int(e)], rtol=1e-10, atol=1e-12), key

@@ -53,9 +53,10 @@ def ep_moe(layer, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, ran
     slots = torch.where(flat_ids >= 0, layer.log2phy[flat_ids.clamp(min=0)], -1)
     partial = torch.zeros_like(xs)
     for s in range(rank * per_rank, (rank + 1) * per_rank):  # this rank's slots only
+        # a slot without tokens still runs (on zero rows): every rank's backward then holds
+        # the same all-reduces (a rank whose slots got no token would skip them and hang or
+        # mismatch the others' collectives), and its experts' gradients are zeros, not None
         token, choice = torch.nonzero(slots == s, as_tuple=True)
-        if token.numel() == 0:
-            continue
         j = s - rank * per_rank
         xt = xs[token]
         y = (F.silu(xt @ slots_local["w_gate"][j]) * (xt @ slots_local["w_up"][j])) @ slots_local["w_down"][j]
@@ -130,6 +131,8 @@ def run_rank(rank: int, world: int, port: int, payload: dict, out_dir: str) -> N
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         model = TinyMoE(**payload["model"])
+        if payload.get("state") is not None:  # weights other than the seed's (e.g. after training)
+            model.load_state_dict(payload["state"])
         samples = [torch.as_tensor(s, dtype=torch.long) for s in payload["samples"]]
         local = materialise_ep(model, rank, world, payload["transfers"], payload["rounds"], payload["log2phy"])
         total = predicted_tokens(samples)
