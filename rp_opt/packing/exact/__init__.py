@@ -293,7 +293,10 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
         return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, solver_name,
                       {"reason": f"N={data.num_samples} < R*D={data.num_cells}: some cell would be empty"})
     mode = symmetry_mode(obj) if symmetry else None
-    stats = {"backend": backend, "num_rows": int(num_rows), "symmetry": mode, "tighten": tighten}
+    # the bound and "optimal" are for this placement and R (the hierarchical problem): the
+    # ``joint`` solver is the one that chooses the placement too
+    stats = {"backend": backend, "num_rows": int(num_rows), "symmetry": mode, "tighten": tighten,
+             "bound_scope": "the given placement"}
     # a model whose build would not fit in the time limit is not built (the build and
     # CP-SAT's loading do not stop at the limit): the best start is the answer
     skip = too_big(build, float(time_limit) - (time.perf_counter() - t0))
