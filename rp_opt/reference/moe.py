@@ -54,13 +54,22 @@ class MoELayer(nn.Module):
         return ids, torch.softmax(logits.gather(1, ids), dim=1)
 
     @torch.no_grad()
-    def materialise(self, log2phy: np.ndarray) -> None:
-        """Move every logical expert's weights to its new slot and swap the map."""
+    def materialise(self, log2phy: np.ndarray, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Move every logical expert's weights to its new slot and swap the map.
+
+        ``optimizer``: its per-parameter state of the expert weights (tensors shaped like
+        the weights: Adam's moments, SGD's momentum buffer) moves with the weights; without
+        it, a stateful optimizer's next step applies one expert's moments to another.
+        """
         new = torch.as_tensor(np.asarray(log2phy), dtype=torch.long)
         source = torch.empty_like(new)
         source[new] = self.log2phy  # new slot of e <- old slot of e
         for w in (self.w_gate, self.w_up, self.w_down):
             w.copy_(w[source].clone())
+            state = optimizer.state.get(w, {}) if optimizer is not None else {}
+            for value in state.values():
+                if torch.is_tensor(value) and value.shape == w.shape:
+                    value.copy_(value[source].clone())
         self.log2phy.copy_(new)
 
     def logical_grads(self) -> dict[str, torch.Tensor]:
@@ -121,10 +130,11 @@ class TinyMoE(nn.Module):
         ids = torch.stack(routed, dim=1).numpy()  # [M, L, k]
         return loss, np.split(ids, np.cumsum(lengths)[:-1])
 
-    def materialise(self, log2phy: np.ndarray) -> None:
-        """Apply a placement: ``log2phy`` [L, E] from :func:`rp_opt.export.physical_maps`."""
+    def materialise(self, log2phy: np.ndarray, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """Apply a placement: ``log2phy`` [L, E] from :func:`rp_opt.export.physical_maps`;
+        pass the ``optimizer`` to move the experts' optimizer state too (MoELayer.materialise)."""
         for l, layer in enumerate(self.moe):
-            layer.materialise(log2phy[l])
+            layer.materialise(log2phy[l], optimizer)
 
     def log2phy(self) -> np.ndarray:
         return np.stack([layer.log2phy.numpy() for layer in self.moe])
