@@ -357,8 +357,9 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
         more = f"add {need - n} sample{'s' if need - n > 1 else ''}"
         fix = f"use at most {best_d} DP slots or {more}" if best_d else more
         return done(INFEASIBLE, None, lower_rows, None, s.method, None, s.lower, s.upper,
-                    reason=f"window has {n} samples but needs at least {s.lower} cells, i.e. {lower_rows} rows x "
-                           f"D={d} = {need} non-empty cells", fix=fix, stats=s.stats)
+                    reason=f"window has {n} samples for at least {need} cells: its lengths need at least "
+                           f"{s.lower} cells of capacity C={c}, so {lower_rows} rows of D={d} slots, and every "
+                           f"cell needs a sample", fix=fix, stats=s.stats)
     upper_rows = _ceil_div(s.upper, d) if s.upper is not None else None
     witness = None
     if upper_rows is not None and upper_rows * d > n:
