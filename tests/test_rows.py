@@ -320,3 +320,14 @@ def test_cli_infeasible_and_bad_input(tmp_path, capsys):
     assert main(["certify", "--bpp", str(bad)]) == 2
     assert "header says 3 items" in capsys.readouterr().err
     assert main(["certify", str(tmp_path / "missing.npz")]) == 2
+
+
+def test_infeasible_reason_reads_in_order():
+    """Lengths [6, 6, 6, 6, 3] in bins of 7 need 5 bins (no two 6s share one), so with D = 2
+    slots R* would be 3 rows = 6 cells, one more than the 5 samples: infeasible, with the
+    reason in that order and the fix (at most 5 slots, or one more sample)."""
+    cert = certify_bins([6, 6, 6, 6, 3], 7, 2)
+    assert cert.status == "infeasible"
+    assert cert.reason == ("window has 5 samples for at least 6 cells: its lengths need at least 5 cells of "
+                           "capacity C=7, so 3 rows of D=2 slots, and every cell needs a sample")
+    assert cert.fix == "use at most 5 DP slots or add 1 sample"
