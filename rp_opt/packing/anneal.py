@@ -879,10 +879,12 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     else:
         num_rows, witness, row_stats = certified_rows(instance, max(0.5, 0.2 * time_limit))
     stats.update(row_stats)
-    if num_rows is not None and num_rows * cluster.dp > window.num_samples:
-        # a given R with R*D > N: some cell would be empty, no layout exists (as ``exact`` says)
-        stats["rows_status"] = INFEASIBLE
-        stats["reason"] = f"N={window.num_samples} < R*D={num_rows * cluster.dp}: some cell would be empty"
+    from ..rows import empty_cells
+
+    empty = None if num_rows is None else empty_cells(window.num_samples, num_rows, cluster.dp)
+    if empty:
+        # a given R with R*D > N: no layout exists (the reason every planner gives)
+        stats.update(rows_status=INFEASIBLE, reason=empty)
         num_rows = None
     if num_rows is None:
         # no row count to plan with: infeasible (proven) or no_solution, like every planner

@@ -197,18 +197,19 @@ def _baseline_solver(placement_rule: str, packing_rule: str):
             placement = Placement.identity(window.num_layers, window.num_experts, cluster.ep)
         rows = integer("num_rows", options.get("num_rows"), 1, text=True, none=True, hint="None: R*")
         name = f"{placement_rule}+{packing_rule}"
+        from ..rows import certify_rows, empty_cells
+
         if rows is None:
-            from ..rows import certify_rows
             cert = certify_rows(window, cluster)
             if cert.rows is None:
                 # no row count to pack with: the result shape of every planner, with the reason
                 status, reason = cert.no_rows()
                 return Result(status, None, (), None, time.perf_counter() - start, name, {"reason": reason})
             rows = cert.rows
-        elif rows * cluster.dp > window.num_samples:
-            # a given R with R*D > N: some cell would be empty, no layout exists (as ``exact`` says)
-            return Result(INFEASIBLE, None, (), None, time.perf_counter() - start, name,
-                          {"reason": f"N={window.num_samples} < R*D={rows * cluster.dp}: some cell would be empty"})
+        else:
+            empty = empty_cells(window.num_samples, rows, cluster.dp)
+            if empty:  # a given R with R*D > N: no layout exists (the reason every planner gives)
+                return Result(INFEASIBLE, None, (), None, time.perf_counter() - start, name, {"reason": empty})
         try:
             layout, stats = pack(instance, packing_rule, rows)
         except InputError as exc:

@@ -37,7 +37,7 @@ from ..solution import Layout
 from ..window import Cluster, Window
 from . import arcflow, bounds, cpsat, heuristics, lns, rounding
 
-__all__ = ["RowCertificate", "certify_rows", "certify_bins", "read_bpplib"]
+__all__ = ["RowCertificate", "certify_rows", "certify_bins", "empty_cells", "read_bpplib"]
 
 log = logging.getLogger("rp_opt")
 
@@ -133,6 +133,16 @@ class RowCertificate:
             return f"R* = {self.r_star} (proven by {self.bound_method}, {self.seconds:.3f}s)"
         return (f"{self.status}: {self.lower_bound} <= R* <= {self.upper_bound} "
                 f"(lower bound by {self.bound_method}, {self.seconds:.3f}s)")
+
+
+def empty_cells(num_samples: int, num_rows: int, num_slots: int) -> str | None:
+    """Why ``num_rows`` rows of ``num_slots`` slots admit no layout of ``num_samples``
+    samples (R D > N: every cell needs a sample), or None when R D <= N. The one reason
+    every planner gives for a row count it was told to use and cannot fill."""
+    cells = int(num_rows) * int(num_slots)
+    if cells <= num_samples:
+        return None
+    return f"N={num_samples} < R*D={cells}: some cell would be empty"
 
 
 def _ceil_div(a: int, b: int) -> int:

@@ -19,6 +19,7 @@ from ortools.sat.python import cp_model
 from ...cost import get_objective, placement_bound, score
 from ...errors import require
 from ...result import INFEASIBLE, Plan, Result
+from ...rows import empty_cells
 from ...solution import Placement
 from ...solvers import register_solver
 from ...window import Instance
@@ -86,9 +87,9 @@ def _solve_joint(instance: Instance, obj, time_limit, seed, warm_start, num_rows
 
     window, cluster = instance.window, instance.cluster
     data = packing_data(instance, None, int(num_rows))
-    if data.num_samples < data.num_cells:
-        return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, "joint",
-                      {"reason": f"N={data.num_samples} < R*D={data.num_cells}"})
+    empty = empty_cells(data.num_samples, data.num_rows, data.num_slots)
+    if empty:
+        return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, "joint", {"reason": empty})
     mode = symmetry_mode(obj) if symmetry else None
     start_place = warm_start.placement if warm_start is not None else default_placement(instance)
     start = warm_start.layout if warm_start is not None else None
