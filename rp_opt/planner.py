@@ -393,9 +393,7 @@ class Planner:
                         warm_start=warm, **options)
         timings["solve"] = time.perf_counter() - t
         if result.plan is None:
-            why = result.stats.get("reason")
-            raise InputError("window", f"solver {result.solver} returned no plan (status {result.status}"
-                                       + (f": {why})" if why else ")"))
+            raise InputError("window", f"solver {result.solver} returned no plan (status {result.status_text()})")
 
         t = time.perf_counter()
         migration = migration_plan(current, result.plan.placement, self.expert_bytes)

@@ -91,6 +91,12 @@ class Result:
     def gap(self) -> float | None:
         return relative_gap(self.score[0] if self.score else None, self.bound)
 
+    def status_text(self) -> str:
+        """``status``, or ``status: reason`` when the stats give one (``stats["reason"]``:
+        why there is no plan). One line for errors about a result without a plan."""
+        why = self.stats.get("reason")
+        return f"{self.status}: {why}" if why else self.status
+
     def summary(self) -> str:
         """A few human lines."""
         lines = [f"solver {self.solver}: {self.status} in {self.seconds:.3f} s"]

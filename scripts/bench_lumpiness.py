@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     res = get_solver("heuristic")(inst, objective="sync", time_limit=args.time_limit, seed=args.seed,
                                   report_baseline=False)
     if res.plan is None:  # a window with no layout: one line and exit code 1, as rp-opt plan
-        print(f"error: window: heuristic returned no plan ({res.status}: {res.stats.get('reason')})", file=sys.stderr)
+        print(f"error: window: heuristic returned no plan ({res.status_text()})", file=sys.stderr)
         return 1
     assert check(inst, res.plan).valid
     demand = rank_demand(inst.window, res.plan.placement).astype(np.float64)      # [N, L, P]

@@ -49,8 +49,7 @@ def main(argv=None) -> int:
                                               search_workers=args.search_workers)
                 seconds = time.perf_counter() - t0
                 if res.plan is None:  # a window with no layout: one line and exit code 1, as rp-opt plan
-                    print(f"error: window: heuristic returned no plan ({res.status}: {res.stats.get('reason')})",
-                          file=sys.stderr)
+                    print(f"error: window: heuristic returned no plan ({res.status_text()})", file=sys.stderr)
                     return 1
                 assert check(inst, res.plan).valid
                 rounds = res.stats.get("refine") or []

@@ -40,8 +40,7 @@ def plan(instance, solver: str = "heuristic", *, objective: str = "sync", quick:
     opts.update(options)
     result = get_solver(solver)(instance, objective=objective, time_limit=60.0, seed=seed, **opts)
     if result.plan is None:
-        why = result.stats.get("reason")
-        raise InputError("window", f"{solver} returned no plan ({result.status}" + (f": {why})" if why else ")"))
+        raise InputError("window", f"{solver} returned no plan ({result.status_text()})")
     return result.plan
 
 
