@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from .errors import InputError, integer, read_array, require
-from .window import Window, compact_counts
+from .window import Window, checked_lengths, compact_counts
 
 _CHUNK_KEYS = 1 << 24  # counts per chunk of samples (128 MB of int64)
 _SLICE_KEYS = 1 << 24  # routed ids per bincount call (see _count)
@@ -316,16 +316,7 @@ def demand_from_counts(counts, num_experts: int | None = None, num_layers: int |
         lengths = tokens // top_k
     lengths = read_array(lengths, "lengths")
     require(lengths.shape == (counts.shape[0],), "lengths", f"must have shape ({counts.shape[0]},), got {lengths.shape}")
-    if lengths.dtype.kind == "f":  # integral floats count; 2.5 was truncated to 2, NaN read as -2^63
-        odd = np.flatnonzero(~(np.isfinite(lengths) & (lengths == np.round(lengths)) & (np.abs(lengths) < 2.0**62)))
-        if odd.size:
-            raise InputError("lengths", f"sample {odd[0]} has length {lengths[odd[0]]}, not an integer")
-    elif lengths.dtype.kind not in "iu":
-        raise InputError("lengths", f"must be integers, got dtype {lengths.dtype}")
-    short = np.flatnonzero(lengths < 1)
-    if short.size:
-        raise InputError("lengths", f"sample {short[0]} has length {lengths[short[0]]}; every sample needs >= 1 token")
-    return Replay(lengths.astype(np.int64), demand, top_k)
+    return Replay(checked_lengths(lengths), demand, top_k)
 
 
 def replay(routing, *, num_experts: int, mask=None, num_layers: int | None = None,

@@ -43,6 +43,23 @@ def compact_counts(demand: np.ndarray, name: str = "demand") -> np.ndarray:
     raise InputError(name, f"count {high} is too large")  # pragma: no cover
 
 
+def checked_lengths(lengths: np.ndarray, field: str = "lengths") -> np.ndarray:
+    """``lengths`` (T_i, an array) as int64 when every entry is an integer >= 1 (an integral
+    float such as 3.0 counts); else a one-line :class:`InputError` naming the first bad
+    sample (2.5 is not truncated to 2, NaN or inf not read as -2^63)."""
+    if lengths.dtype.kind == "f":
+        odd = np.flatnonzero(~(np.isfinite(lengths) & (lengths == np.round(lengths)) & (np.abs(lengths) < 2.0**62)))
+        if odd.size:
+            raise InputError(field, f"sample {odd[0]} has length {lengths[odd[0]]}, not an integer")
+    elif lengths.dtype.kind not in "iu":
+        raise InputError(field, f"must be integers, got dtype {lengths.dtype}")
+    lengths = lengths.astype(np.int64)
+    short = np.flatnonzero(lengths < 1)
+    if short.size:
+        raise InputError(field, f"sample {short[0]} has length {lengths[short[0]]}; every sample needs >= 1 token")
+    return lengths
+
+
 @dataclass(frozen=True)
 class Window:
     """Samples of one optimizer step and their replayed routing.
@@ -68,14 +85,7 @@ class Window:
         lengths = read_array(self.lengths, "lengths")
         require(lengths.ndim == 1, "lengths", f"must be 1-D [N], got shape {lengths.shape}")
         require(lengths.size >= 1, "lengths", "is empty: a window needs at least one sample")
-        if lengths.dtype.kind == "f":
-            require(bool(np.all(lengths == np.round(lengths))), "lengths", "holds a non-integer value")
-        elif lengths.dtype.kind not in "iu":
-            raise InputError("lengths", f"must be integers, got dtype {lengths.dtype}")
-        lengths = lengths.astype(np.int64)
-        short = np.flatnonzero(lengths < 1)
-        if short.size:
-            raise InputError("lengths", f"sample {short[0]} has length {lengths[short[0]]}; every sample needs >= 1 token")
+        lengths = checked_lengths(lengths)
         n = lengths.size
 
         demand = read_array(self.demand, "demand")
