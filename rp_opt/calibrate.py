@@ -156,7 +156,7 @@ class _Cells:
         """Every rho > 0 at which two slots of a block tie in some stage."""
         dt = self.tokens[..., :, None] - self.tokens[..., None, :]   # T_i - T_j  [R, G, k, k]
         dq = self.work[..., None, :] - self.work[..., :, None]       # Q_j - Q_i
-        crossing = (dt * dq > 0) & (dq != 0)                          # one slot more T, the other more Q
+        crossing = dt * dq > 0                                        # one slot more T, the other more Q
         ratio = dt[crossing] / dq[crossing]                           # (T_i - T_j) / (Q_j - Q_i) > 0
         both = (u > 0) & (v > 0)
         return (ratio[None, :] * (u[both] / v[both])[:, None]).ravel()

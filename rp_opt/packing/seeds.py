@@ -267,16 +267,12 @@ def seed_layouts(instance: Instance, num_rows: int, demand_by_rank: np.ndarray, 
                 layout = greedy_layout(instance, num_rows, demand_by_rank)
             else:
                 raise ValueError(f"unknown seed rule {rule!r}")
-        except InputError as exc:
-            # a baseline that cannot fill R* rows raises InputError("window"): that rule has
-            # no seed (InputError is a ValueError, so it must be caught before the next clause)
-            if exc.field != "window":
-                raise
-            log.info("seed %s failed: %s", rule, exc)
-            layout = None
-        except ValueError:
-            raise
         except Exception as exc:
+            # a bad argument (ValueError: an unknown rule, a bad option) propagates; a baseline
+            # that cannot fill R* rows (InputError("window"), itself a ValueError) or any
+            # other failure of a rule only leaves that rule without a seed
+            if isinstance(exc, ValueError) and not (isinstance(exc, InputError) and exc.field == "window"):
+                raise
             log.info("seed %s failed: %s", rule, exc)
             layout = None
         if layout is None:
