@@ -50,10 +50,16 @@ def layout_violation(instance: Instance, layout: Layout, num_rows: int) -> str |
 
 
 def greedy_seconds(instance: Instance, num_rows: int, num_ranks: int) -> float:
-    """Rough wall time of :func:`greedy_layout` (about 1.2e8 rank-load updates a second)."""
+    """Rough wall time of :func:`greedy_layout`: N (R G L P / 5e8 + 7e-5) seconds.
+
+    Fitted on the 2-core benchmark machine (ling-flash-like windows of
+    scripts/bench_heuristic.py, G = 8, L = 48, P = 8, N = 512 .. 16384 with R* = 2 .. 61):
+    measured 0.06, 0.08, 0.20, 0.67, 1.82 and 5.75 s; the formula gives 0.04, 0.10, 0.24,
+    0.69, 2.13 and 7.29 s, at or above the measurement from N = 1024 on.
+    """
     window = instance.window
     pairs = num_rows * instance.cluster.edp
-    return window.num_samples * (pairs * window.num_layers * num_ranks / 1.2e8 + 3e-5)
+    return window.num_samples * (pairs * window.num_layers * num_ranks / 5e8 + 7e-5)
 
 
 def greedy_layout(instance: Instance, num_rows: int, demand_by_rank: np.ndarray, eps: float = 1e-6) -> Layout | None:
