@@ -829,7 +829,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     ``refine_sweeps`` (swap sweeps with a fixed schedule, 20),
     ``search_workers`` (processes of the block search; default: ``workers`` with
     ``temperatures`` or when the 1-min load average leaves a core free, else 1), ``surrogate`` (0.05), ``reserve`` (seconds
-    kept for the final scoring, default 0.04 * time_limit). Every value is checked before
+    kept for the final scoring, default 0.04 * time_limit plus the time the lower bounds
+    took). Every value is checked before
     anything runs (:data:`OPTION_RULES`, :func:`heuristic_inputs`): a bad one is a one-line
     :class:`~rp_opt.errors.InputError` naming the option.
 
@@ -941,8 +942,11 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     workers = max(1, min(workers, replicas))
     do_search = bool(options.get("search", True)) and problem.num_pairs > 1
 
-    # time left for the packing, less a reserve for the final scoring (one full evaluation)
-    reserve = float(options.get("reserve", 0.04 * time_limit))
+    # time left for the packing, less a reserve for what follows the last search: the final
+    # scoring (one full evaluation) and, when a refined placement is adopted, its bounds
+    # again (as long as the first time; 0.09 s at N = 16384, where the plan overran a 5-s
+    # limit by up to 0.45 s before the reserve counted them)
+    reserve = float(options.get("reserve", 0.04 * time_limit + timings["bounds"]))
     remaining = max(time_limit - (time.perf_counter() - started) - reserve, 0.05)
     deterministic = options.get("temperatures") is not None
     # measured (scripts/bench_heuristic.py, N = 16..16384): the block search gains more per
@@ -981,6 +985,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     timings["anneal"] = timings["search"] = 0.0
     search_stats: dict = {}
     best, best_energy, seed_energy, anneal_energy, rounds = None, np.inf, None, None, 0
+    overrun = 0.0
     # Ctrl-C (KeyboardInterrupt) during the anneal, a search or a refine round ends the run
     # with the best plan so far (stats["interrupted"]); the workers leave it to this process
     interrupted = False
@@ -1020,6 +1025,10 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
             screen=options.get("search_screen", 32), workers=int(search_workers))
         if energy <= best_energy:
             best, best_energy = found, energy
+        if deadline is not None:
+            # a search returns after its deadline by its last block pair and its own teardown;
+            # the refinement's search ends that much earlier
+            overrun = max(overrun, time.perf_counter() - deadline)
         timings["search"] += time.perf_counter() - t
         left = (started + time_limit - reserve) - time.perf_counter()
         interrupted = bool(search_stats.get("interrupted"))
@@ -1035,7 +1044,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         # rounds of (refine the placement for the layout, search the layout again) until the
         # time is up, a round is not adopted, or (fixed schedule) ``refine_rounds`` rounds
         t = time.perf_counter()
-        left = None if final_deadline is None else final_deadline - t
+        left = None if final_deadline is None else final_deadline - overrun - t
         end = None if left is None else t + left / max(1, int(options.get("refine_rounds", 1)) - refine_rounds)
         try:
             refined = _refine_round(instance, objective, placement, problem, best, best_energy, end,
