@@ -331,3 +331,18 @@ def test_infeasible_reason_reads_in_order():
     assert cert.reason == ("window has 5 samples for at least 6 cells: its lengths need at least 5 cells of "
                            "capacity C=7, so 3 rows of D=2 slots, and every cell needs a sample")
     assert cert.fix == "use at most 5 DP slots or add 1 sample"
+
+
+def test_row_count_reason_names_the_counting_argument():
+    """Hand-checked reasons: 9 cells for 8 samples leave one empty; lengths 2, 4, 2, 2, 4 in
+    C = 7 need 2 cells (L2 = ceil(14 / 7)), one row of D = 1 has 1; eight samples with at
+    most 3 per cell need ceil(8 / 3) = 3 cells, one row of D = 2 has 2; two rows of D = 1
+    hold the first window (a packing into 2 cells exists), so counting says nothing."""
+    from rp_opt.rows import row_count_reason
+
+    assert row_count_reason([1] * 8, 1, 9, 10) == "N=8 < R*D=9: some cell would be empty"
+    assert row_count_reason([2, 4, 2, 2, 4], 1, 1, 7) == (
+        "R=1 rows hold R*D=1 cells, but the samples need at least 2 cells of C=7 (L2 bound)")
+    assert row_count_reason([1] * 8, 1, 2, 10, max_per_cell=3) == (
+        "R=1 rows hold R*D=2 cells, but the samples need at least 3 cells of C=10 (N/m bound)")
+    assert row_count_reason([2, 4, 2, 2, 4], 2, 1, 7) is None

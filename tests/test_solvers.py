@@ -94,15 +94,28 @@ def test_more_rows_given_than_samples_fill(solver):
 
 @pytest.mark.parametrize("solver", ["heuristic", "auto"])
 def test_seed_rules_that_overflow_the_window(solver):
-    """Five samples of length 6, C = 10, D = 4, ``num_rows=1``: no two samples share a cell,
-    so ffd cannot fill one row (4 cells) and its extra row would need 8 cells for 5 samples;
-    the baseline packer raises InputError("window"). The heuristic's seed rules skip that
-    rule, and with no seed left it returns ``no_solution`` with the reason instead of raising
+    """Lengths 15, 15, 10, 8, 7, 4, 3 with C = 16, D = 4, ``num_rows=1``: L2 = 4 cells, so
+    counting does not rule one row out, but no packing into 4 cells exists (5 at best), so
+    ffd cannot fill one row and its extra row would need 8 cells for 7 samples; the
+    baseline packer raises InputError("window"). The heuristic's seed rules skip that rule,
+    and with no seed left it returns ``no_solution`` with the reason instead of raising
     (regression: InputError is a ValueError, which the seed loop re-raised)."""
-    inst = lengths_window([6, 6, 6, 6, 6], dp=4, capacity=10)
+    inst = lengths_window([15, 15, 10, 8, 7, 4, 3], dp=4, capacity=16)
     res = get_solver(solver)(inst, objective="sync", time_limit=2, num_rows=1)
     assert res.status == "no_solution" and res.plan is None
     assert "no seed layout of R=1 rows" in res.stats["reason"]
+
+
+@pytest.mark.parametrize("solver", ["heuristic", "auto", "exact", "joint"])
+def test_rows_ruled_out_by_a_bin_bound(solver):
+    """Five samples of length 6, C = 10, D = 4, ``num_rows=1``: no two samples share a cell,
+    so the 4 cells of one row cannot hold them (L2 = 5). Every planner that packs the given
+    R says ``infeasible`` with that reason, at once (the heuristic said ``no_solution`` when
+    its seeds failed, while the exact model proved it infeasible)."""
+    inst = lengths_window([6, 6, 6, 6, 6], dp=4, capacity=10)
+    res = get_solver(solver)(inst, objective="sync", time_limit=2, num_rows=1)
+    assert res.status == "infeasible" and res.plan is None
+    assert res.stats["reason"] == "R=1 rows hold R*D=4 cells, but the samples need at least 5 cells of C=10 (L2 bound)"
 
 
 def test_heuristic_says_r_star_only_when_it_proved_it():

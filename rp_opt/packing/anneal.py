@@ -880,11 +880,12 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     else:
         num_rows, witness, row_stats = certified_rows(instance, max(0.5, 0.2 * time_limit))
     stats.update(row_stats)
-    from ..rows import empty_cells
+    from ..rows import row_count_reason
 
-    empty = None if num_rows is None else empty_cells(window.num_samples, num_rows, cluster.dp)
+    empty = None if num_rows is None else row_count_reason(window.lengths, num_rows, cluster.dp, cluster.capacity,
+                                                           cluster.max_samples_per_cell)
     if empty:
-        # a given R with R*D > N: no layout exists (the reason every planner gives)
+        # a given R that counting rules out (R*D > N, or fewer cells than a bin bound needs)
         stats.update(rows_status=INFEASIBLE, reason=empty)
         num_rows = None
     if num_rows is None:

@@ -36,8 +36,9 @@ from ..result import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL
 from ..solution import Layout
 from ..window import Cluster, Window
 from . import arcflow, bounds, cpsat, heuristics, lns, rounding
+from .bounds import cardinality_bound, l2_bound
 
-__all__ = ["RowCertificate", "certify_rows", "certify_bins", "empty_cells", "read_bpplib"]
+__all__ = ["RowCertificate", "certify_rows", "certify_bins", "empty_cells", "row_count_reason", "read_bpplib"]
 
 log = logging.getLogger("rp_opt")
 
@@ -137,12 +138,34 @@ class RowCertificate:
 
 def empty_cells(num_samples: int, num_rows: int, num_slots: int) -> str | None:
     """Why ``num_rows`` rows of ``num_slots`` slots admit no layout of ``num_samples``
-    samples (R D > N: every cell needs a sample), or None when R D <= N. The one reason
-    every planner gives for a row count it was told to use and cannot fill."""
+    samples (R D > N: every cell needs a sample), or None when R D <= N."""
     cells = int(num_rows) * int(num_slots)
     if cells <= num_samples:
         return None
     return f"N={num_samples} < R*D={cells}: some cell would be empty"
+
+
+def row_count_reason(lengths, num_rows: int, num_slots: int, capacity: int,
+                     max_per_cell: int | None = None) -> str | None:
+    """Why ``num_rows`` rows of ``num_slots`` slots admit no layout of samples with these
+    ``lengths``, as far as counting proves it, or None when counting does not rule it out.
+
+    Two reasons, checked in this order: R D > N (every cell needs a sample), and R D below
+    the best bin-packing lower bound of :mod:`.bounds` (L2, N/m). The
+    one reason the heuristic and the exact planners give for a row count they were told to
+    use and cannot fill (the baselines add rows instead, so only R D > N stops them).
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    cells = int(num_rows) * int(num_slots)
+    empty = empty_cells(lengths.size, num_rows, num_slots)
+    if empty:
+        return empty
+    # L2 >= L1 and >= the count of samples above C/2 (its threshold alpha = 0)
+    need, name = max((l2_bound(lengths, capacity), "L2"), (cardinality_bound(lengths.size, max_per_cell), "N/m"))
+    if need > cells:
+        return (f"R={int(num_rows)} rows hold R*D={cells} cells, but the samples need at least {need} cells of "
+                f"C={int(capacity)} ({name} bound)")
+    return None
 
 
 def _ceil_div(a: int, b: int) -> int:

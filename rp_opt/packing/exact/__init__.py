@@ -39,7 +39,7 @@ import numpy as np
 from ...cost import cost_bounds, get_objective, rank_load, score
 from ...errors import MAX_SEED, integer, number, require, switch
 from ...result import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL, Plan, Result
-from ...rows import empty_cells
+from ...rows import row_count_reason
 from ...solution import Layout, Placement
 from ...solvers import register_solver
 from ...window import Instance
@@ -290,7 +290,7 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
     (``build``: the model's build estimate, seconds)."""
     window, coefficients = instance.window, _coefficients(instance)
     data = packing_data(instance, placement, int(num_rows))
-    empty = empty_cells(data.num_samples, data.num_rows, data.num_slots)
+    empty = row_count_reason(data.lengths, data.num_rows, data.num_slots, data.capacity, data.max_per_cell)
     if empty:
         return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, solver_name, {"reason": empty})
     mode = symmetry_mode(obj) if symmetry else None

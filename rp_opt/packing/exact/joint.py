@@ -19,7 +19,7 @@ from ortools.sat.python import cp_model
 from ...cost import get_objective, placement_bound, score
 from ...errors import require
 from ...result import INFEASIBLE, Plan, Result
-from ...rows import empty_cells
+from ...rows import row_count_reason
 from ...solution import Placement
 from ...solvers import register_solver
 from ...window import Instance
@@ -87,7 +87,7 @@ def _solve_joint(instance: Instance, obj, time_limit, seed, warm_start, num_rows
 
     window, cluster = instance.window, instance.cluster
     data = packing_data(instance, None, int(num_rows))
-    empty = empty_cells(data.num_samples, data.num_rows, data.num_slots)
+    empty = row_count_reason(data.lengths, data.num_rows, data.num_slots, data.capacity, data.max_per_cell)
     if empty:
         return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, "joint", {"reason": empty})
     mode = symmetry_mode(obj) if symmetry else None
