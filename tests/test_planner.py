@@ -286,11 +286,13 @@ def test_infeasible_window_is_one_line():
 
 def test_solver_without_a_plan_is_one_line_with_its_reason():
     """A planner told to use one row where R* > 1 returns no plan; the trainer API raises
-    one line with the solver's status and reason (a step cannot go on without a plan)."""
+    one line with the solver's status and reason (a step cannot go on without a plan).
+    Eight samples of 20-24 tokens in C = 48 fit two to a cell: one row of D = 2 is too few
+    by the L2 bound."""
     planner = Planner(Cluster(dp=2, edp=1, ep=2, capacity=48), COST, mode="heuristic", time_limit=2.0,
                       solver_options={"num_rows": 1})
-    with pytest.raises(InputError, match=r"^window: solver heuristic returned no plan \(status no_solution: "
-                                         r"no seed layout of R=1 rows"):
+    with pytest.raises(InputError, match=r"^window: solver heuristic returned no plan \(status infeasible: "
+                                         r"R=1 rows hold R\*D=2 cells, but the samples need at least 4 cells"):
         planner.plan(routing=routing_of(6, n=8, low=20, high=24), num_experts=8)
 
 
