@@ -105,6 +105,31 @@ def test_runner_records_the_reason_of_a_window_without_a_plan():
         assert "3 samples for 4 cells" in rec["reason"]
 
 
+def test_runner_counts_a_heuristic_whose_bound_meets_its_primary_as_proven():
+    """Three samples of 2 tokens, C = 4, D = 1, one rank: R* = 2 (two samples share a
+    row), and with one slot and one rank the primary sum_r J = A + X is the same for every
+    layout: the attention sum 3 (2 + 0.4) plus gamma 6 = 3, exactly the analytic bound.
+    The third level, max J = (4 + 0.8) + 2 = 6.8, is above its bounds (the mean 5.1 and
+    one sample's 3.4), so the heuristic reports ``feasible`` with its primary proven, and
+    the record counts it (it used to count only exact's first level or ``optimal``)."""
+    from rp_opt import Cluster, CostModel, Instance, Stage, Window
+    from rp_opt.bench import suites as suites_module
+    from rp_opt.bench.suites import InstanceSpec
+
+    demand = np.zeros((3, 1, 2), dtype=np.int64)
+    demand[[0, 1, 2], 0, [0, 1, 0]] = 2
+    inst = Instance(Window(np.array([2, 2, 2]), demand, top_k=1), Cluster(1, 1, 1, 4),
+                    CostModel((Stage("softmax", 1, 1.0, 0.1),), gamma=0.5))
+    spec = InstanceSpec("two-rows", "ling-tiny-like", samples=3, dp=1, edp=1, ep=1, capacity=4)
+    suites_module._CACHE[spec] = inst  # the spec names this hand-made window
+    try:
+        rec = run_tasks([Task(spec, "heuristic", time_limit=1.0)])[0]
+    finally:
+        suites_module._CACHE.pop(spec, None)
+    assert rec["valid"] and rec["status"] == "feasible" and rec["score"] == pytest.approx(10.2)
+    assert rec["bound"] == pytest.approx(10.2) and rec["primary_proven"]
+
+
 def test_process_pool_gives_the_same_records_as_in_process():
     specs = suite("tiny")
     tasks = [Task(s, name) for s in specs for name in ("baseline", "kk")]
