@@ -1022,6 +1022,11 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         interrupted = astats.interrupted
         if interrupted or not do_search:
             break
+        if deadline is not None and time.perf_counter() >= deadline:
+            # the phases before it (placement, R*, rank demand, seeds, bounds) took the time: a
+            # search would only build its state and stop, past the limit (0.1 s at N = 8192, 1 s)
+            search_stats = search_stats or {"skipped": "deadline passed before the search"}
+            break
         t = time.perf_counter()
         evals = (options.get("search_evaluations") or 200) if deterministic else options.get("search_evaluations")
         found, energy, search_stats = search_layout(
@@ -1050,6 +1055,12 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         # time is up, a round is not adopted, or (fixed schedule) ``refine_rounds`` rounds
         t = time.perf_counter()
         left = None if final_deadline is None else final_deadline - overrun - t
+        if left is not None and left <= timings["rank_demand"]:
+            # the round's placement refinement gets half of what summing the block demand and
+            # the new rank demand (each about the rank demand's time) leave: nothing, so it
+            # would end after that sum with no swap, past the limit (0.2-0.4 s at N = 8192-16384)
+            stats["refine_skipped"] = f"{max(left, 0.0):.2f} s left, the rank demand took {timings['rank_demand']:.2f} s"
+            break
         end = None if left is None else t + left / max(1, int(options.get("refine_rounds", 1)) - refine_rounds)
         try:
             refined = _refine_round(instance, objective, placement, problem, best, best_energy, end,
