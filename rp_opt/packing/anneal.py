@@ -882,7 +882,9 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     elif warm_layout is not None and options.get("trust_warm_rows", False):
         num_rows, witness, row_stats = warm_layout.num_rows, None, {"rows_method": "warm start"}
     else:
-        num_rows, witness, row_stats = certified_rows(instance, max(0.5, 0.2 * time_limit))
+        # R* within a fifth of the limit, at least 0.5 s, at most half (a limit below 1 s)
+        certify = min(max(0.5, 0.2 * time_limit), 0.5 * time_limit)
+        num_rows, witness, row_stats = certified_rows(instance, certify)
     stats.update(row_stats)
     from ..rows import row_count_reason
 

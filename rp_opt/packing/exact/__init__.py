@@ -489,7 +489,9 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
     if placement is None:
         placement = warm_start.placement if warm_start is not None else default_placement(instance)
     if num_rows is None:
-        num_rows, status, reason = num_rows_or_status(instance, time_limit=max(1.0, 0.2 * time_limit))
+        # R* within a fifth of the limit, at least 1 s, at most half (a limit below 2 s)
+        certify = min(max(1.0, 0.2 * time_limit), 0.5 * time_limit)
+        num_rows, status, reason = num_rows_or_status(instance, time_limit=certify)
         if num_rows is None:
             return Result(status, None, (), None, time.perf_counter() - t0, "exact", {"reason": reason})
     start = warm_start.layout if warm_start is not None else None

@@ -58,7 +58,9 @@ def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.
                                                    seed=seed).values()
     obj = get_objective(objective)
     if num_rows is None:
-        num_rows, status, reason = num_rows_or_status(instance, time_limit=max(1.0, 0.2 * time_limit))
+        # R* within a fifth of the limit, at least 1 s, at most half (a limit below 2 s)
+        certify = min(max(1.0, 0.2 * time_limit), 0.5 * time_limit)
+        num_rows, status, reason = num_rows_or_status(instance, time_limit=certify)
         if num_rows is None:
             return Result(status, None, (), None, time.perf_counter() - t0, "joint", {"reason": reason})
     if not symmetry or _too_big(instance, int(num_rows), float(time_limit) - (time.perf_counter() - t0)):
