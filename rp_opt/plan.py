@@ -67,7 +67,9 @@ def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed:
     # runs once with the whole budget (no second run recomputing placement, R*, rank demand)
     low_size = instance.window.num_samples * _l1_rows(instance) * instance.cluster.dp
     if low_size > EXACT_MAX_BOOLEANS:
-        guess = heuristic(instance, objective=objective, time_limit=time_limit - (time.perf_counter() - started),
+        # what is left of the limit (kept above 0: a tiny limit must not turn into a bad one)
+        left = max(time_limit - (time.perf_counter() - started), 1e-3)
+        guess = heuristic(instance, objective=objective, time_limit=left,
                           seed=seed, warm_start=warm_start, placement=placement, workers=workers, **options)
         guess.stats.update(auto_choice="heuristic",
                            auto_reason=f"N*R*D >= {low_size} > {EXACT_MAX_BOOLEANS}: too large for the exact model")

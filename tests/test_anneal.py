@@ -148,6 +148,17 @@ def test_auto_reports_choice_and_plans_are_valid():
         assert result.score <= tuple(heur)
 
 
+def test_auto_with_a_tiny_limit_on_a_large_window_still_plans():
+    """A window too large for the exact model (40 samples: N R D > 400) and a limit of
+    1e-4 s: auto hands the heuristic what is left of the limit, kept above 0, and returns
+    its plan (regression: the remainder went negative after auto's own checks and the
+    heuristic refused it as a bad time_limit)."""
+    inst = small(samples=40)
+    result = get_solver("auto")(inst, objective="sync", time_limit=1e-4, seed=0, workers=1)
+    assert result.stats["auto_choice"] == "heuristic" and "too large" in result.stats["auto_reason"]
+    assert_checked(inst, result)
+
+
 def test_bad_warm_start_is_one_line_input_error():
     """A warm start for another window is rejected naming the field."""
     from rp_opt.errors import InputError
