@@ -951,8 +951,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
 
     # time left for the packing, less a reserve for what follows the last search: the final
     # scoring (one full evaluation) and, when a refined placement is adopted, its bounds
-    # again (as long as the first time; 0.09 s at N = 16384, where the plan overran a 5-s
-    # limit by up to 0.45 s before the reserve counted them)
+    # again (as long as the first time: 0.09-0.16 s at N = 16384)
     reserve = float(options.get("reserve", 0.04 * time_limit + timings["bounds"]))
     remaining = max(time_limit - (time.perf_counter() - started) - reserve, 0.05)
     deterministic = options.get("temperatures") is not None
@@ -1061,7 +1060,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
             # the round's placement refinement gets half of what summing the block demand and
             # the new rank demand (each about the rank demand's time) leave: nothing, so it
             # would end after that sum with no swap, past the limit (0.2-0.4 s at N = 8192-16384)
-            stats["refine_skipped"] = f"{max(left, 0.0):.2f} s left, the rank demand took {timings['rank_demand']:.2f} s"
+            stats["refine_skipped"] = (f"{max(left, 0.0):.2f} s left, the rank demand took "
+                                       f"{timings['rank_demand']:.2f} s")
             break
         end = None if left is None else t + left / max(1, int(options.get("refine_rounds", 1)) - refine_rounds)
         try:
@@ -1144,10 +1144,11 @@ def improvement(baseline: float, value: float) -> float | None:
 def _refine_round(instance: Instance, objective, placement: Placement, problem: Problem, best: np.ndarray,
                   best_energy: float, deadline: float | None, *, seed: int, deterministic: bool, options: dict,
                   search_workers: int, rank_demand_seconds: float = 0.0) -> dict:
-    """Refine the placement for the layout ``best`` (:func:`rp_opt.placement.refine.refine_placement`,
-    half the time to ``deadline`` that the rank demand of the new placement, about ``rank_demand_seconds``,
-    leaves), then search the layout again under the new placement. The new plan is adopted
-    only when its exact energy is lower."""
+    """Refine the placement for the layout ``best``
+    (:func:`rp_opt.placement.refine.refine_placement`, half of the time to ``deadline`` that
+    the rank demand of the new placement, about ``rank_demand_seconds``, leaves), then
+    search the layout again under the new placement. The new plan is adopted only when its
+    exact energy is lower."""
     from ..cost import block_sums
     from ..placement.refine import refine_placement
 
