@@ -9,6 +9,7 @@ why (``auto_choice``, ``auto_reason``).
 
 from __future__ import annotations
 
+import math
 import time
 
 from .cost import get_objective
@@ -46,13 +47,24 @@ def plan(instance: Instance, solver: str = "auto", *, objective="sync", time_lim
                               warm_start=warm_start, **options)
 
 
+def _share_of(options: dict, limit: float, time_limit: float) -> dict:
+    """The heuristic's ``options`` for a run of ``limit`` seconds out of auto's
+    ``time_limit``: a caller's ``reserve`` (checked below ``time_limit``) shrinks in
+    proportion, so that it stays below the run's limit, as the heuristic requires."""
+    reserve = options.get("reserve")
+    if reserve is None or limit >= time_limit:
+        return options
+    return {**options, "reserve": min(reserve * (limit / time_limit), math.nextafter(limit, 0.0))}
+
+
 @register_solver("auto", "exact (heuristic MIP start) when the window is small enough, else the heuristic")
 def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed: int = 0, warm_start=None,
          placement=None, workers=None, **options) -> Result:
     """Exact when the window is small enough to finish within ``time_limit`` (warm-started
     by the heuristic), the heuristic otherwise; the result's stats say which ran and why.
 
-    The heuristic's options pass through and are checked first. ``stats["deterministic"]``
+    The heuristic's options pass through and are checked first; a ``reserve`` shrinks with
+    the share of ``time_limit`` each heuristic run gets. ``stats["deterministic"]``
     is True only when the heuristic ran alone with a fixed schedule (``temperatures=N``):
     the exact model, and a second heuristic run, depend on the wall clock.
 
@@ -69,8 +81,8 @@ def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed:
     if low_size > EXACT_MAX_BOOLEANS:
         # what is left of the limit (kept above 0: a tiny limit must not turn into a bad one)
         left = max(time_limit - (time.perf_counter() - started), 1e-3)
-        guess = heuristic(instance, objective=objective, time_limit=left,
-                          seed=seed, warm_start=warm_start, placement=placement, workers=workers, **options)
+        guess = heuristic(instance, objective=objective, time_limit=left, seed=seed, warm_start=warm_start,
+                          placement=placement, workers=workers, **_share_of(options, left, time_limit))
         guess.stats.update(auto_choice="heuristic",
                            auto_reason=f"N*R*D >= {low_size} > {EXACT_MAX_BOOLEANS}: too large for the exact model")
         return Result(guess.status, guess.plan, guess.score, guess.bound,
@@ -78,7 +90,7 @@ def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed:
     small_budget = min(1.0, 0.25 * time_limit)
     # the heuristic runs first in both branches: in the exact branch its plan is the MIP start
     guess = heuristic(instance, objective=objective, time_limit=small_budget, seed=seed, warm_start=warm_start,
-                      placement=placement, workers=workers, **options)
+                      placement=placement, workers=workers, **_share_of(options, small_budget, time_limit))
     # no plan (infeasible window, R* not found) or Ctrl-C: return the heuristic's result as it is
     if guess.plan is None or guess.stats.get("interrupted"):
         return Result(guess.status, guess.plan, guess.score, guess.bound, time.perf_counter() - started, "auto",
@@ -95,7 +107,7 @@ def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed:
         report = 0.0  # the first run's report ran inside the limit
         if left > 0.5:
             again = heuristic(instance, objective=objective, time_limit=left, seed=seed,
-                              warm_start=guess.plan, workers=workers, **options)
+                              warm_start=guess.plan, workers=workers, **_share_of(options, left, time_limit))
             report = again.stats.get("report_seconds", 0.0)
             if again.score <= guess.score:
                 guess = again

@@ -159,6 +159,28 @@ def test_auto_with_a_tiny_limit_on_a_large_window_still_plans():
     assert_checked(inst, result)
 
 
+def test_auto_keeps_a_valid_reserve_valid_on_a_large_window():
+    """auto accepts any ``reserve`` below its ``time_limit`` (1 s here, reserve 1 s less
+    1 ns). On a window too large for the exact model it hands the heuristic what is left
+    of the limit, which auto's own checks have already cut below that reserve: the
+    heuristic must still get a reserve below its limit and plan, not raise InputError."""
+    inst = small(samples=40)
+    result = get_solver("auto")(inst, objective="sync", time_limit=1.0, reserve=1.0 - 1e-9, seed=0, workers=1)
+    assert result.stats["auto_choice"] == "heuristic" and "too large" in result.stats["auto_reason"]
+    assert_checked(inst, result)
+
+
+def test_auto_keeps_a_valid_reserve_valid_for_its_first_heuristic_run():
+    """A window small enough for the exact model (16 samples, D = 2), ``time_limit`` 2 s and
+    ``reserve`` 0.5 s (below 2 s: valid for auto). auto's first heuristic run gets
+    min(1, 0.25 * 2) = 0.5 s, so the reserve it passes on must shrink with that budget
+    (else 0.5 is not below 0.5 and the heuristic raises InputError)."""
+    inst = small(samples=16, dp=2)
+    result = get_solver("auto")(inst, objective="sync", time_limit=2.0, reserve=0.5, seed=0, workers=1)
+    assert result.plan is not None
+    assert_checked(inst, result)
+
+
 def test_bad_warm_start_is_one_line_input_error():
     """A warm start for another window is rejected naming the field."""
     from rp_opt.errors import InputError
