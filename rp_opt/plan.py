@@ -106,8 +106,18 @@ def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed:
         left = time_limit - (time.perf_counter() - started)
         report = 0.0  # the first run's report ran inside the limit
         if left > 0.5:
-            again = heuristic(instance, objective=objective, time_limit=left, seed=seed,
-                              warm_start=guess.plan, workers=workers, **_share_of(options, left, time_limit))
+            run_options = _share_of(options, left, time_limit)
+            if "r_star" in guess.stats or options.get("num_rows") is not None:
+                # the rows are R* (proven) or the caller's: the second run keeps them, warm-started
+                # from the first plan, without certifying R* again
+                start, run_options = guess.plan, {**run_options, "trust_warm_rows": True}
+            else:
+                # unproven rows (a witness's): the longer run certifies again and may prove fewer,
+                # which the first plan would not fit (an InputError on warm_start); the two plans
+                # are compared by their scores instead
+                start = None
+            again = heuristic(instance, objective=objective, time_limit=left, seed=seed, warm_start=start,
+                              placement=None if start is not None else placement, workers=workers, **run_options)
             report = again.stats.get("report_seconds", 0.0)
             if again.score <= guess.score:
                 guess = again

@@ -60,6 +60,8 @@ def test_rows_not_proven_in_time(solver, monkeypatch):
         assert res.plan is not None and res.plan.num_rows == 3 and check(inst, res.plan).valid
         # optimal for R = 3 is not optimal for the window while R* < 3 is open
         assert res.status == "feasible"
+        # nor is 3 reported as R* (the baselines used to say r_star = 3 here)
+        assert "r_star" not in res.stats
     monkeypatch.setattr(rows, "certify_rows", real)
     res = get_solver(solver)(inst, objective="sync", time_limit=2)
     assert res.plan is not None and res.plan.num_rows == 3 and check(inst, res.plan).valid
@@ -130,3 +132,25 @@ def test_heuristic_says_r_star_only_when_it_proved_it():
     res = heuristic(inst, objective="sync", time_limit=1, num_rows=4)
     assert "r_star" not in res.stats and res.stats["num_rows"] == 4 and res.plan.num_rows == 4
     assert check(inst, res.plan).valid
+
+
+def test_auto_second_heuristic_run_keeps_proven_rows():
+    """Lengths 2, 4, 2, 2, 4 six times, C = 7, D = 6: every bin holds at most 6 tokens (all
+    lengths even, C odd), so B = 84 / 6 = 14 bins and R* = 3, while L1 gives 2 rows. The
+    exact model is then too large (N R* D = 540 > 400, but N L1 D = 360 is not), so auto
+    runs the heuristic twice. The first run proves R* = 3; the second keeps those rows,
+    warm-started from the first plan, instead of certifying them again."""
+    inst = lengths_window([2, 4, 2, 2, 4] * 6, dp=6)
+    res = get_solver("auto")(inst, objective="sync", time_limit=3.0, seed=0, workers=1)
+    assert res.stats["auto_choice"] == "heuristic" and res.plan.num_rows == 3
+    assert res.stats["rows_method"] == "warm start" and check(inst, res.plan).valid
+
+
+@pytest.mark.parametrize("limit", [0, -1.0, None, "soon"])
+def test_joint_refuses_a_bad_time_limit(limit):
+    """``joint`` checks its limit as ``exact`` does: 0, a negative number, None or text is
+    one InputError naming ``time_limit`` (it used to run anyway, or fail with a TypeError)."""
+    from rp_opt.errors import InputError
+
+    with pytest.raises(InputError, match=r"^time_limit"):
+        get_solver("joint")(lengths_window([2, 4, 2], dp=1), objective="sync", time_limit=limit)

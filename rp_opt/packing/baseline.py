@@ -170,7 +170,7 @@ def pack(instance: Instance, rule: str = "ffd", num_rows: int | None = None) -> 
         extra += 1
     if extra:
         log.info("%s needed %d rows more than R*=%d", rule, extra, rows)
-    return Layout.from_bins(bin_of, rows + extra, cluster.dp), {"rows": rows + extra, "r_star": rows, "extra_rows": extra}
+    return Layout.from_bins(bin_of, rows + extra, cluster.dp), {"rows": rows + extra, "extra_rows": extra}
 
 
 def proven_status(score, level_bounds=None) -> str:
@@ -200,6 +200,7 @@ def _baseline_solver(placement_rule: str, packing_rule: str):
         name = f"{placement_rule}+{packing_rule}"
         from ..rows import certify_rows, empty_cells
 
+        proven = None  # R*, when this call proved it (a given R or a witness's rows are not R*)
         if rows is None:
             # R* within the certifier's default 10 s, or less when less of the limit is left
             # (the rule and the scoring after it are not cut): given the 10 s, N1C3W2_H of
@@ -210,7 +211,7 @@ def _baseline_solver(placement_rule: str, packing_rule: str):
                 # no row count to pack with: the result shape of every planner, with the reason
                 status, reason = cert.no_rows()
                 return Result(status, None, (), None, time.perf_counter() - start, name, {"reason": reason})
-            rows = cert.rows
+            rows, proven = cert.rows, cert.r_star
         else:
             empty = empty_cells(window.num_samples, rows, cluster.dp)
             if empty:  # a given R with R*D > N: no layout exists (the reason every planner gives)
@@ -223,6 +224,8 @@ def _baseline_solver(placement_rule: str, packing_rule: str):
             # the rule fills no R*.D..N cells; a layout may exist all the same (not proven infeasible)
             return Result(NO_SOLUTION, None, (), None, time.perf_counter() - start, name, {"reason": exc.message})
         stats.update(placement=placement_rule, packing=packing_rule)
+        if proven is not None:
+            stats["r_star"] = proven
         result = plan_result(instance, placement, layout, objective, solver=name,
                              seconds=time.perf_counter() - start, status=FEASIBLE, stats=stats)
         status = proven_status(result.score)

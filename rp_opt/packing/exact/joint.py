@@ -17,7 +17,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from ...cost import get_objective, placement_bound, score
-from ...errors import require
+from ...errors import number, require
 from ...result import INFEASIBLE, Plan, Result
 from ...rows import row_count_reason
 from ...solution import Placement
@@ -56,6 +56,7 @@ def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.
             "num_rows, symmetry, workers")
     num_rows, symmetry, workers, seed = check_args(num_rows=num_rows, symmetry=symmetry, workers=workers,
                                                    seed=seed).values()
+    time_limit = number("time_limit", time_limit, above=0, hint="seconds")
     obj = get_objective(objective)
     if num_rows is None:
         # R* within a fifth of the limit, at least 1 s, at most half (a limit below 2 s)
