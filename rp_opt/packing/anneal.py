@@ -63,10 +63,11 @@ import numpy as np
 
 from ..cost import _AXIS, cost_bounds, get_objective, layout_costs, rank_demand_major, rank_major_view
 from ..errors import MAX_SEED, InputError, integer, is_none, number, require, switch
-# the row certifier (OR-Tools, HiGHS, SciPy: 0.4-0.7 s to import) loads with this module, that is
-# in get_solver("heuristic"), not in the first plan's time limit (at N = 2048 and 1 s that import
-# was 0.57 s of the plan's 1.43 s); the functions below still look it up when they run
-from .. import rows as _rows  # noqa: F401
+# rp_opt.rows (with the row certifier's OR-Tools, HiGHS, SciPy: 0.4-0.7 s to import) loads with
+# this module, that is in get_solver("heuristic"), not in the first plan's time limit (at
+# N = 2048 and 1 s that import was 0.57 s of the plan's 1.43 s); certified_rows still looks
+# certify_rows up when it runs
+from ..rows import certify_seconds, row_count_reason
 from ..result import INFEASIBLE, NO_SOLUTION, Plan, Result
 from ..solution import Layout, Placement
 from ..stop import MaxIterations, MaxSeconds, NoImprovement, StoppingCriterion
@@ -882,12 +883,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     elif warm_layout is not None and options.get("trust_warm_rows", False):
         num_rows, witness, row_stats = warm_layout.num_rows, None, {"rows_method": "warm start"}
     else:
-        # R* within a fifth of the limit, at least 0.5 s, at most half (a limit below 1 s)
-        certify = min(max(0.5, 0.2 * time_limit), 0.5 * time_limit)
-        num_rows, witness, row_stats = certified_rows(instance, certify)
+        num_rows, witness, row_stats = certified_rows(instance, certify_seconds(time_limit, 0.5))
     stats.update(row_stats)
-    from ..rows import row_count_reason
-
     empty = None if num_rows is None else row_count_reason(window.lengths, num_rows, cluster.dp, cluster.capacity,
                                                            cluster.max_samples_per_cell)
     if empty:

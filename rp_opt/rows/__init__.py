@@ -38,7 +38,8 @@ from ..window import Cluster, Window
 from . import arcflow, bounds, cpsat, heuristics, lns, rounding
 from .bounds import cardinality_bound, l2_bound
 
-__all__ = ["RowCertificate", "certify_rows", "certify_bins", "empty_cells", "row_count_reason", "read_bpplib"]
+__all__ = ["RowCertificate", "certify_rows", "certify_bins", "certify_seconds", "empty_cells", "row_count_reason",
+           "read_bpplib"]
 
 log = logging.getLogger("rp_opt")
 
@@ -134,6 +135,12 @@ class RowCertificate:
             return f"R* = {self.r_star} (proven by {self.bound_method}, {self.seconds:.3f}s)"
         return (f"{self.status}: {self.lower_bound} <= R* <= {self.upper_bound} "
                 f"(lower bound by {self.bound_method}, {self.seconds:.3f}s)")
+
+
+def certify_seconds(time_limit: float, at_least: float) -> float:
+    """Seconds a planner with ``time_limit`` gives the R* certification: a fifth of the
+    limit, at least ``at_least``, at most half (the floor must not take a short limit)."""
+    return min(max(at_least, 0.2 * time_limit), 0.5 * time_limit)
 
 
 def empty_cells(num_samples: int, num_rows: int, num_slots: int) -> str | None:

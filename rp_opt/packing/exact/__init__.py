@@ -39,7 +39,7 @@ import numpy as np
 from ...cost import cost_bounds, get_objective, rank_load, score
 from ...errors import MAX_SEED, integer, number, require, switch
 from ...result import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL, Plan, Result
-from ...rows import row_count_reason
+from ...rows import certify_seconds, row_count_reason
 from ...solution import Layout, Placement
 from ...solvers import register_solver
 from ...window import Instance
@@ -489,9 +489,7 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
     if placement is None:
         placement = warm_start.placement if warm_start is not None else default_placement(instance)
     if num_rows is None:
-        # R* within a fifth of the limit, at least 1 s, at most half (a limit below 2 s)
-        certify = min(max(1.0, 0.2 * time_limit), 0.5 * time_limit)
-        num_rows, status, reason = num_rows_or_status(instance, time_limit=certify)
+        num_rows, status, reason = num_rows_or_status(instance, time_limit=certify_seconds(time_limit, 1.0))
         if num_rows is None:
             return Result(status, None, (), None, time.perf_counter() - t0, "exact", {"reason": reason})
     start = warm_start.layout if warm_start is not None else None

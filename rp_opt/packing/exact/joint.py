@@ -19,7 +19,7 @@ from ortools.sat.python import cp_model
 from ...cost import get_objective, placement_bound, score
 from ...errors import number, require
 from ...result import INFEASIBLE, Plan, Result
-from ...rows import row_count_reason
+from ...rows import certify_seconds, row_count_reason
 from ...solution import Placement
 from ...solvers import register_solver
 from ...window import Instance
@@ -59,9 +59,7 @@ def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.
     time_limit = number("time_limit", time_limit, above=0, hint="seconds")
     obj = get_objective(objective)
     if num_rows is None:
-        # R* within a fifth of the limit, at least 1 s, at most half (a limit below 2 s)
-        certify = min(max(1.0, 0.2 * time_limit), 0.5 * time_limit)
-        num_rows, status, reason = num_rows_or_status(instance, time_limit=certify)
+        num_rows, status, reason = num_rows_or_status(instance, time_limit=certify_seconds(time_limit, 1.0))
         if num_rows is None:
             return Result(status, None, (), None, time.perf_counter() - t0, "joint", {"reason": reason})
     if not symmetry or _too_big(instance, int(num_rows), float(time_limit) - (time.perf_counter() - t0)):
