@@ -170,7 +170,9 @@ def test_string_options_run_as_their_values():
     result = get_solver("heuristic")(inst, time_limit=0.5, workers="1", refine="yes", anneal_share="0.5",
                                      seeds="ffd,kk,blocks")
     assert_valid(inst, result)
-    assert result.stats["workers"] == 1 and sorted(result.stats["seeds"]) == ["blocks", "ffd", "kk"]
+    # each seed rule's layout, and each again with its cells regrouped (rp_opt.packing.regroup)
+    assert result.stats["workers"] == 1 and sorted(result.stats["seeds"]) == [
+        "blocks", "blocks+regroup", "ffd", "ffd+regroup", "kk", "kk+regroup"]
 
 
 def test_anneal_share_one_keeps_the_time_limit():

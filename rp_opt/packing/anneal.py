@@ -746,6 +746,7 @@ OPTION_RULES: dict = {
     "no_improvement": _count("off"),
     "num_rows": _count("R*"),
     "refine": switch,
+    "regroup": switch,
     "refine_rounds": _count(),
     "refine_share": partial(number, low=0, high=1),
     "refine_sweeps": _count(),
@@ -941,6 +942,17 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     timings["bounds"] = time.perf_counter() - t
     names = list(seeds)
     starts = [seeds[name].cell_of for name in names]
+    if options.get("regroup", True) and problem.per_shard > 1:
+        # every seed also with its cells regrouped whole into blocks of like attention
+        # (:mod:`.regroup`): sample moves cannot undo a block that mixes full-length cells
+        # with cells of several samples
+        from .regroup import regroup_cells
+
+        t = time.perf_counter()
+        for name in list(names):
+            names.append(f"{name}+regroup")
+            starts.append(regroup_cells(problem, seeds[name].cell_of))
+        timings["regroup"] = time.perf_counter() - t
     replicas = int(options.get("replicas", 32))
     workers = os.cpu_count() or 1 if workers is None else int(workers)
     workers = max(1, min(workers, replicas))
@@ -1033,6 +1045,15 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
             screen=options.get("search_screen", 32), workers=int(search_workers))
         if energy <= best_energy:
             best, best_energy = found, energy
+        if options.get("regroup", True):
+            # the search's blocks moved whole into the order the primary wants (sync: rows of
+            # like blocks, the least sum of row maxima for these blocks; shard: equal totals)
+            from .regroup import rearranged
+
+            moved, moved_energy, _ = rearranged(problem, best)
+            search_stats["arranged"] = bool(moved_energy < best_energy)
+            if moved_energy < best_energy:
+                best, best_energy = moved, moved_energy
         if deadline is not None:
             # a search returns after its deadline by its last block pair and its own teardown;
             # the refinement's search ends that much earlier

@@ -1,0 +1,148 @@
+"""Regrouping whole cells: a layout's cells, kept as they are, moved to new (row, slot)
+positions so that cells of like attention share a (row, shard) block.
+
+A block's attention A[r,g] = sum_s n_s max_{d in g} c_s(d) is set by its costliest cell;
+every other cell of the block is waste (MODEL.md, "Cost of a layout"). Sample moves (the
+anneal's relocations and swaps, the block search's) cannot undo a block that mixes a
+full-length sample (T_i = C, a cell of its own) with cells of two or more samples: the
+full sample fits no other cell and no single sample of the other cells fits its cell. On
+the N = 4096 ling-flash-like window the 5-s plan under ``shard`` had 0.37 % of its 0.51 %
+gap in such waste, with three or four full-length cells in every block of one row.
+
+Moving whole cells keeps every constraint (capacity, non-empty cells, the per-cell limit
+m): only positions change. :func:`regroup_cells` sorts the cells by their stand-alone
+attention sum_s n_s c_s(d), cuts the order into blocks of D/G cells (for one stage this
+minimises sum over blocks of the max), and arranges the blocks in the [R, G] matrix for
+the primary aggregate: sorted into consecutive groups for a sum of maxima (``sync``:
+rows of like blocks), balanced by LPT with R (or G) blocks per group for a maximum of sums
+(``shard``: equal shard totals). The caller keeps the result only when its energy is
+lower; the search then trades the expert peaks the regrouping ignored.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .anneal import Problem, State, load_layouts
+
+
+def _cell_sums(problem: Problem, cell_of: np.ndarray):
+    """Per-cell stage work [S, cells] and rank demand [cells, P*L] (rank-major)."""
+    cells = problem.num_cells
+    work = problem.alpha[:, None] * problem.lengths[None, :] + problem.beta[:, None] * problem.work[None, :]
+    cell_work = np.stack([np.bincount(cell_of, weights=w, minlength=cells) for w in work])
+    order = np.argsort(cell_of, kind="stable")
+    starts = np.searchsorted(cell_of[order], np.arange(cells))
+    # every cell of a valid layout holds a sample, so the segment starts are distinct
+    cell_demand = np.add.reduceat(problem.demand[order], starts, axis=0)      # int32: sums <= C top_k
+    return cell_work, cell_demand
+
+
+def _balanced(values: np.ndarray, groups: int, size: int) -> np.ndarray:
+    """[groups*size] group of every block, ``size`` blocks per group, with group sums as
+    equal as LPT and then swaps of two blocks between the fullest group and another make
+    them (the max of the sums never rises)."""
+    order = np.argsort(-values, kind="stable")
+    group = np.empty(values.size, dtype=np.int64)
+    totals, counts = np.zeros(groups), np.zeros(groups, dtype=np.int64)
+    for b in order:
+        open_groups = np.flatnonzero(counts < size)
+        g = open_groups[np.argmin(totals[open_groups])]
+        group[b] = g
+        totals[g] += values[b]
+        counts[g] += 1
+    for _ in range(4 * values.size):
+        top = int(np.argmax(totals))
+        mine = np.flatnonzero(group == top)
+        others = np.flatnonzero(group != top)
+        # swap (i in top, j elsewhere): top falls by d = v_i - v_j, the other rises by d;
+        # the new larger of the two totals, for every pair at once
+        d = values[mine][:, None] - values[others][None, :]
+        new_max = np.maximum(totals[top] - d, totals[group[others]][None, :] + d)
+        i, j = np.unravel_index(np.argmin(new_max), new_max.shape)
+        if not new_max[i, j] < totals[top] - 1e-9 * max(abs(totals[top]), 1.0):
+            break
+        bi, bj = mine[i], others[j]
+        totals[top] -= d[i, j]
+        totals[group[bj]] += d[i, j]
+        group[bi], group[bj] = group[bj], top
+    return group
+
+
+def _positions(problem: Problem, attention: np.ndarray, expert: np.ndarray) -> np.ndarray:
+    """[blocks] new pair index r*G + g of blocks with these A and X, arranged for the
+    primary's first aggregate: consecutive in decreasing value for a sum of maxima (optimal
+    for fixed blocks), balanced groups for a maximum of sums."""
+    p = problem
+    wa, wx, inner, axis, outer, _ = p.aggregates[0]
+    values = wa * attention + wx * expert
+    # the aggregate reduces `inner` within a row (axis 1: over shards) or a shard (axis 0)
+    groups, size = (p.rows, p.shards) if axis == 1 else (p.shards, p.rows)
+    if inner == "sum" and outer == "max":
+        group = _balanced(values, groups, size)
+    else:
+        group = np.empty(values.size, dtype=np.int64)
+        group[np.argsort(-values, kind="stable")] = np.arange(values.size) // size
+    slot = np.empty(values.size, dtype=np.int64)
+    for g in range(groups):
+        members = np.flatnonzero(group == g)
+        slot[members] = np.arange(members.size)
+    row, shard = (group, slot) if axis == 1 else (slot, group)
+    return row * p.shards + shard
+
+
+def arrange_blocks(problem: Problem, cell_of: np.ndarray, attention: np.ndarray,
+                   expert: np.ndarray) -> np.ndarray:
+    """``cell_of`` with its (row, shard) blocks moved whole to new positions: each block's
+    A and X ([R*G], the layout's) stay, and the primary's aggregate of them is as low as
+    :func:`_positions` arranges it (for ``sync`` the least possible for these blocks)."""
+    p = problem
+    target = _positions(p, attention, expert)
+    new_cell = np.empty(p.num_cells, dtype=np.int64)
+    new_cell[p.cells_of_pair] = p.cells_of_pair[target]
+    return new_cell[np.asarray(cell_of, dtype=np.int64)]
+
+
+def regroup_cells(problem: Problem, cell_of: np.ndarray) -> np.ndarray:
+    """The layout ``cell_of`` with its cells moved whole to new positions (see the module
+    docstring); the samples of each cell stay together, so the result is valid whenever
+    ``cell_of`` is.
+
+    Parameters
+    ----------
+    problem
+        The kernel's :class:`~rp_opt.packing.anneal.Problem`.
+    cell_of
+        [N] cell r*D + d of every sample, every cell non-empty.
+
+    Returns
+    -------
+    numpy.ndarray
+        [N] new cell of every sample.
+    """
+    p = problem
+    cell_of = np.asarray(cell_of, dtype=np.int64)
+    k, num_blocks = p.per_shard, p.num_pairs
+    cell_work, cell_demand = _cell_sums(p, cell_of)
+    # cells by stand-alone attention sum_s n_s c_s(d), costliest first, cut into blocks
+    blocks = np.argsort(-(p.layers @ cell_work), kind="stable").reshape(num_blocks, k)
+    attention = p.layers @ cell_work[:, blocks].max(axis=2)                          # A of each block
+    peaks = cell_demand[blocks].sum(axis=1).reshape(num_blocks, p.num_ranks, p.num_layers).max(axis=1)
+    expert = p.gamma * peaks.sum(axis=1)                                             # X of each block
+    target = _positions(p, attention, expert)
+    new_cell = np.empty(p.num_cells, dtype=np.int64)
+    new_cell[blocks] = p.cells_of_pair[target]
+    return new_cell[cell_of]
+
+
+def rearranged(problem: Problem, cell_of: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """(the layout with its blocks arranged by :func:`arrange_blocks`, its energy, the
+    energy of ``cell_of``); the caller keeps the lower."""
+    state = State(problem, 2)
+    try:
+        load_layouts(problem, state, [0], [cell_of])
+        moved = arrange_blocks(problem, cell_of, state.attention[0], state.expert[0])
+        load_layouts(problem, state, [1], [moved])
+        return moved, float(state.energy[1]), float(state.energy[0])
+    finally:
+        state.close()
