@@ -74,19 +74,19 @@ def window(n: int, cache: str = "/tmp", corr: float | None = None):
 
 
 def production(seconds: float, samples: int = 4096, reference: float = 0.0, corr: float | None = None,
-               cache: str = "/tmp"):
+               cache: str = "/tmp", objective: str = "sync"):
     inst = window(samples, cache, corr)
     import rp_opt.placement  # noqa: F401  (imports outside the timed plan, as in a trainer)
-    print("| solver | primary (sync) | vs identity+ffd | vs bound | seconds |")
+    print(f"| solver | primary ({objective}) | vs identity+ffd | vs bound | seconds |")
     print("|---|---|---|---|---|")
     rows = {}
     for name in ("baseline", "kk", "lpt-ffd"):
-        rows[name] = get_solver(name)(inst, objective="sync")
-    heur = get_solver("heuristic")(inst, objective="sync", time_limit=seconds, seed=0)
+        rows[name] = get_solver(name)(inst, objective=objective)
+    heur = get_solver("heuristic")(inst, objective=objective, time_limit=seconds, seed=0)
     assert check(inst, heur.plan).valid
     rows["heuristic"] = heur
     if reference:
-        ref = get_solver("heuristic")(inst, objective="sync", time_limit=reference, seed=1, report_baseline=False)
+        ref = get_solver("heuristic")(inst, objective=objective, time_limit=reference, seed=1, report_baseline=False)
         assert check(inst, ref.plan).valid
         rows[f"heuristic {reference:g} s"] = ref
     bound = heur.stats["lower_bound"]
@@ -161,20 +161,21 @@ def kernel(samples: int = 4096, seconds: float = 3.0, cache: str = "/tmp"):
               f"{evals / used:.0f} | {better} | {energy:.6g} |")
 
 
-def scaling(seconds: float, sizes=(512, 1024, 2048, 4096, 8192, 16384), cache: str = "/tmp"):
-    print("| N | R* | blocks | plan s (limit) | placement | R* | rank demand | seeds | bounds | anneal | search | "
+def scaling(seconds: float, sizes=(512, 1024, 2048, 4096, 8192, 16384), cache: str = "/tmp",
+            objective: str = "sync"):
+    print("| N | R* | blocks | plan s (limit) | placement | R* | rank demand | seeds | regroup | bounds | anneal | search | "
           "score | primary vs LPT+ffd | vs bound | search block pairs |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     import rp_opt.placement  # noqa: F401
     for n in sizes:
         inst = window(n, cache)
-        r = get_solver("heuristic")(inst, objective="sync", time_limit=seconds, seed=0, report_baseline=False)
+        r = get_solver("heuristic")(inst, objective=objective, time_limit=seconds, seed=0, report_baseline=False)
         assert check(inst, r.plan).valid
-        lpt = get_solver("lpt-ffd")(inst, objective="sync").score[0]
+        lpt = get_solver("lpt-ffd")(inst, objective=objective).score[0]
         s = r.stats["search"]
         tm = r.stats["timings"]
         evals = s.get("sweep_evaluations", 0) + s.get("exact_evaluations", 0)
-        phases = " | ".join(f"{tm.get(k, 0):.2f}" for k in ("placement", "rows", "rank_demand", "seeds", "bounds",
+        phases = " | ".join(f"{tm.get(k, 0):.2f}" for k in ("placement", "rows", "rank_demand", "seeds", "regroup", "bounds",
                                                              "anneal", "search", "score"))
         print(f"| {n} | {r.plan.num_rows} | {r.plan.num_rows * inst.cluster.edp} | {r.seconds:.2f} ({seconds}) | "
               f"{phases} | {100 * (r.score[0] - lpt) / lpt:+.2f} % | {100 * (r.score[0] - r.bound) / r.bound:+.2f} % | "
@@ -197,12 +198,14 @@ if __name__ == "__main__":
     parser.add_argument("--sizes", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384],
                         help="N of the scaling windows")
     parser.add_argument("--cache", default="/tmp", help="directory of the cached windows")
+    parser.add_argument("--objective", default="sync", choices=("sync", "shard"),
+                        help="objective of the production and scaling runs")
     args = parser.parse_args()
     if args.small:
         small(args.small, args.exact_time)
     if args.production:
-        production(args.time, args.samples, args.reference, args.routing_corr, args.cache)
+        production(args.time, args.samples, args.reference, args.routing_corr, args.cache, args.objective)
     if args.kernel:
         kernel(args.samples, args.kernel_seconds, args.cache)
     if args.scaling:
-        scaling(args.time, args.sizes, args.cache)
+        scaling(args.time, args.sizes, args.cache, args.objective)

@@ -168,7 +168,7 @@ def test_option_values_from_python_and_the_cli(name, value, expected):
 def test_string_options_run_as_their_values():
     inst = tiny()
     result = get_solver("heuristic")(inst, time_limit=0.5, workers="1", refine="yes", anneal_share="0.5",
-                                     seeds="ffd,kk,blocks")
+                                     seeds="ffd,kk,blocks", regroup="yes")
     assert_valid(inst, result)
     # each seed rule's layout, and each again with its cells regrouped (rp_opt.packing.regroup)
     assert result.stats["workers"] == 1 and sorted(result.stats["seeds"]) == [

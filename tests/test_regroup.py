@@ -149,3 +149,18 @@ def test_heuristic_regroups_full_length_cells(objective):
         runs[regroup] = res
     assert any(name.endswith("+regroup") for name in runs[True].stats["seeds"])
     assert runs[True].score <= runs[False].score
+
+
+@pytest.mark.parametrize("objective, regrouped", [("shard", True), ("sync", False)])
+def test_default_regroups_seeds_for_a_max_of_sums_only(objective, regrouped):
+    """By default the seeds are regrouped for ``shard`` (a maximum of shard sums) and not
+    for ``sync``; an explicit regroup=False turns it off for ``shard`` too."""
+    inst = small(samples=40, dp=4, edp=2)
+    res = anneal.heuristic(inst, objective=objective, time_limit=2.0, seed=0, temperatures=2,
+                           search_evaluations=10, refine=False, report_baseline=False)
+    assert_checked(inst, res)
+    assert any(name.endswith("+regroup") for name in res.stats["seeds"]) == regrouped
+    off = anneal.heuristic(inst, objective=objective, time_limit=2.0, seed=0, temperatures=2,
+                           search_evaluations=10, refine=False, report_baseline=False, regroup=False)
+    assert not any(name.endswith("+regroup") for name in off.stats["seeds"])
+    assert "arranged" not in off.stats["search"]

@@ -727,6 +727,11 @@ def _seed_rules(field: str, value, *, text: bool = True) -> tuple[str, ...] | No
     return tuple(rules)
 
 
+def _auto_switch(field: str, value, *, text: bool = True) -> bool | None:
+    """A switch, or None (the default: the heuristic decides)."""
+    return None if is_none(value, text) else switch(field, value, text=text)
+
+
 def _count(none: str | None = None):
     """An integer >= 1; with ``none``, also None, meaning ``none``."""
     return partial(integer, low=1, none=none is not None, hint=none and f"None: {none}")
@@ -746,7 +751,7 @@ OPTION_RULES: dict = {
     "no_improvement": _count("off"),
     "num_rows": _count("R*"),
     "refine": switch,
-    "regroup": switch,
+    "regroup": _auto_switch,
     "refine_rounds": _count(),
     "refine_share": partial(number, low=0, high=1),
     "refine_sweeps": _count(),
@@ -831,7 +836,10 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     ``refine`` (after the search, refine the placement for the layout,
     :mod:`rp_opt.placement.refine`, and search again under it; kept only when the exact
     energy falls; default on when the placement is not given),
-    ``refine_share`` (share of the packing time for it, 0.4), ``refine_rounds`` (1),
+    ``refine_share`` (share of the packing time for it, 0.4), ``regroup`` (every seed also
+    with its cells regrouped whole, :mod:`.regroup`; default None: on when the primary is a
+    maximum of sums such as ``shard``; after each search the blocks are arranged for the
+    primary unless it is False), ``refine_rounds`` (1),
     ``refine_sweeps`` (swap sweeps with a fixed schedule, 20),
     ``search_workers`` (processes of the block search; default: ``workers`` with
     ``temperatures`` or when the 1-min load average leaves a core free, else 1), ``surrogate`` (0.05), ``reserve`` (seconds
@@ -942,7 +950,15 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     timings["bounds"] = time.perf_counter() - t
     names = list(seeds)
     starts = [seeds[name].cell_of for name in names]
-    if options.get("regroup", True) and problem.per_shard > 1:
+    regroup = options.get("regroup")
+    _, _, inner, _, outer, _ = problem.aggregates[0]
+    if regroup is None:
+        # measured (docs/benchmarks.md, twelfth session): for a max of sums (shard) the
+        # regrouped seeds win (N = 4096 at 5 s: 0.50 % -> 0.18 % above the bound); for a sum
+        # of maxima (sync) they start lower but the search from them ends higher at N = 8192
+        # and 16384 (4.15 -> 4.66 %, 4.56 -> 4.83 %)
+        regroup = inner == "sum" and outer == "max"
+    if regroup and problem.per_shard > 1:
         # every seed also with its cells regrouped whole into blocks of like attention
         # (:mod:`.regroup`): sample moves cannot undo a block that mixes full-length cells
         # with cells of several samples
@@ -1045,7 +1061,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
             screen=options.get("search_screen", 32), workers=int(search_workers))
         if energy <= best_energy:
             best, best_energy = found, energy
-        if options.get("regroup", True):
+        if options.get("regroup") is not False:
             # the search's blocks moved whole into the order the primary wants (sync: rows of
             # like blocks, the least sum of row maxima for these blocks; shard: equal totals)
             from .regroup import rearranged
