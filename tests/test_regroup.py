@@ -61,10 +61,11 @@ def test_full_length_cells_end_up_in_one_block():
 
 
 @pytest.mark.parametrize("objective", ["sync", "shard", "weighted"])
-def test_regrouped_seed_is_valid_with_the_same_cells(objective):
-    """On a synthetic window the regrouped ffd layout passes the checker and holds exactly
-    the same cells (only their positions changed)."""
-    inst = small(samples=40, dp=4, edp=2)
+@pytest.mark.parametrize("edp", [1, 2])
+def test_regrouped_seed_is_valid_with_the_same_cells(objective, edp):
+    """On a synthetic window (G = 1 and 2) the regrouped ffd layout passes the checker and
+    holds exactly the same cells (only their positions changed)."""
+    inst = small(samples=40, dp=4, edp=edp)
     placement = Placement.identity(4, 8, 4)
     demand = rank_demand(inst.window, placement)
     rows, _, _ = anneal.certified_rows(inst, 5.0)

@@ -55,6 +55,8 @@ def _balanced(values: np.ndarray, groups: int, size: int) -> np.ndarray:
         top = int(np.argmax(totals))
         mine = np.flatnonzero(group == top)
         others = np.flatnonzero(group != top)
+        if others.size == 0:                     # one group (G = 1): nothing to balance
+            break
         # swap (i in top, j elsewhere): top falls by d = v_i - v_j, the other rises by d;
         # the new larger of the two totals, for every pair at once
         d = values[mine][:, None] - values[others][None, :]
