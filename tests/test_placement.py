@@ -112,6 +112,36 @@ def test_bound_of_model_md_example_and_hot_expert():
     assert placement_lower_bound(np.array([5, 5, 5, 5, 0, 0]), 3).tolist() == [10]
 
 
+def test_spread_bound_of_two_rank_sized_experts():
+    """Loads [12, 12, 5, 5, 5, 5, 1, 1, 1, 1, 0, 0] on P = 4 ranks of 3 (average 12). The
+    heaviest expert plus the two lightest gives 12, but both 12s need two companions: on
+    distinct ranks they hold at least the four lightest (0, 0, 1, 1), so one rank holds at
+    least (24 + 2) / 2 = 13; on one rank, 24. The optimum is 13: {12,0,1}, {12,0,1},
+    {5,5,1}, {5,5,1}."""
+    load = np.array([12, 12, 5, 5, 5, 5, 1, 1, 1, 1, 0, 0])
+    assert placement_lower_bound(load, 4).tolist() == [13]
+    ranks = np.array([0, 1, 2, 2, 3, 3, 0, 1, 2, 3, 0, 1])
+    assert layer_rank_loads(load[None], ranks[None], 4).max() == 13
+
+
+@pytest.mark.parametrize("num_experts,num_ranks", CASES)
+def test_bound_below_brute_force_with_rank_sized_experts(num_experts, num_ranks):
+    """bound <= optimum on layers where up to P experts each carry about a rank's share
+    (the case the spread bound is for), and the bound reaches the optimum on some of them."""
+    rng = np.random.default_rng(7 + num_experts * 10 + num_ranks)
+    every = assignments(num_experts, num_ranks)
+    load = rng.integers(0, 8, size=(30, num_experts))
+    hot = rng.integers(1, num_ranks + 1, size=30)
+    for layer in range(30):
+        share = (load[layer].sum() + 1) // max(num_ranks - hot[layer], 1)
+        load[layer, :hot[layer]] = share + rng.integers(-2, 3, size=hot[layer])
+    load = np.maximum(load, 0)
+    opt = all_rank_totals(load, every, num_ranks).max(axis=2).min(axis=1)
+    bound = placement_lower_bound(load, num_ranks)
+    assert np.all(bound <= opt)
+    assert np.any(bound == opt)
+
+
 # ---------------------------------------------------------------------------------------
 # brute force
 # ---------------------------------------------------------------------------------------
