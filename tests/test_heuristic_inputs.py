@@ -132,7 +132,7 @@ BAD = [
     ("steps_per_temperature", -3), ("no_improvement", 0), ("search_cap", 0), ("search_screen", "x"),
     ("refine_share", 1.5), ("refine_rounds", 0), ("refine_sweeps", 0.5), ("search_workers", 0),
     ("surrogate", -0.1), ("surrogate", float("inf")), ("reserve", -1), ("reserve", 0.5), ("seeds", "nope"),
-    ("seeds", []), ("search", "sometimes"), ("num_rows", 0),
+    ("seeds", []), ("search", "sometimes"), ("num_rows", 0), ("regroup", "maybe"), ("regroup", 2),
 ]
 
 
@@ -158,7 +158,8 @@ def test_unknown_option_lists_workers():
     ("temperatures", "none", None), ("anneal_share", "0.5", 0.5), ("anneal_share", 1, 1.0),
     ("seeds", "ffd,blocks-kk", ("ffd", "blocks-kk")), ("seeds", ["witness"], ("witness",)),
     ("search_screen", None, None), ("workers", 8.0, 8), ("workers", "3.0", 3), ("surrogate", "0", 0.0),
-    ("time_limit", "2.5", 2.5), ("seeds", "none", None),
+    ("time_limit", "2.5", 2.5), ("seeds", "none", None), ("regroup", "none", None), ("regroup", None, None),
+    ("regroup", "no", False), ("regroup", 1, True),
 ])
 def test_option_values_from_python_and_the_cli(name, value, expected):
     """The CLI's ``--option KEY=VALUE`` gives JSON values when they parse, else text."""

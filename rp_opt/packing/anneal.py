@@ -729,7 +729,13 @@ def _seed_rules(field: str, value, *, text: bool = True) -> tuple[str, ...] | No
 
 def _auto_switch(field: str, value, *, text: bool = True) -> bool | None:
     """A switch, or None (the default: the heuristic decides)."""
-    return None if is_none(value, text) else switch(field, value, text=text)
+    if is_none(value, text):
+        return None
+    try:
+        return switch(field, value, text=text)
+    except InputError:
+        raise InputError(field, f"must be true, false or None (None: decided by the objective), got {value!r}") \
+            from None
 
 
 def _count(none: str | None = None):
@@ -837,9 +843,11 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     :mod:`rp_opt.placement.refine`, and search again under it; kept only when the exact
     energy falls; default on when the placement is not given),
     ``refine_share`` (share of the packing time for it, 0.4), ``regroup`` (every seed also
-    with its cells regrouped whole, :mod:`.regroup`; default None: on when the primary is a
-    maximum of sums such as ``shard``; after each search the blocks are arranged for the
-    primary unless it is False), ``refine_rounds`` (1),
+    with its cells regrouped whole, :mod:`.regroup`; default None: on when the primary's
+    first aggregate is a maximum of sums such as ``shard``; unless it is False, after each
+    search of the packing rounds (not the refinement's) the blocks are arranged whole for
+    that aggregate when it is a sum of maxima or a maximum of sums, the time counted in
+    ``timings["search"]``), ``refine_rounds`` (1),
     ``refine_sweeps`` (swap sweeps with a fixed schedule, 20),
     ``search_workers`` (processes of the block search; default: ``workers`` with
     ``temperatures`` or when the 1-min load average leaves a core free, else 1), ``surrogate`` (0.05), ``reserve`` (seconds
@@ -951,7 +959,9 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     names = list(seeds)
     starts = [seeds[name].cell_of for name in names]
     regroup = options.get("regroup")
+    # the primary's first aggregate decides (regroup_cells and arrange_blocks arrange for it)
     _, _, inner, _, outer, _ = problem.aggregates[0]
+    arrangeable = inner != outer          # a sum of sums or a max of maxima: any order is as good
     if regroup is None:
         # measured (docs/benchmarks.md, twelfth session): for a max of sums (shard) the
         # regrouped seeds win (N = 4096 at 5 s: 0.50 % -> 0.18 % above the bound); for a sum
@@ -965,9 +975,12 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         from .regroup import regroup_cells
 
         t = time.perf_counter()
-        for name in list(names):
-            names.append(f"{name}+regroup")
-            starts.append(regroup_cells(problem, seeds[name].cell_of))
+        # each rule's copy right after it: with fewer replicas than starts the anneal loads
+        # the first ones, and the best-ranked rules keep their regrouped copy
+        names, starts = [], []
+        for rule in seeds:
+            names += [rule, f"{rule}+regroup"]
+            starts += [seeds[rule].cell_of, regroup_cells(problem, seeds[rule].cell_of)]
         timings["regroup"] = time.perf_counter() - t
     replicas = int(options.get("replicas", 32))
     workers = os.cpu_count() or 1 if workers is None else int(workers)
@@ -1061,14 +1074,15 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
             screen=options.get("search_screen", 32), workers=int(search_workers))
         if energy <= best_energy:
             best, best_energy = found, energy
-        if options.get("regroup") is not False:
+        if options.get("regroup") is not False and arrangeable:
             # the search's blocks moved whole into the order the primary wants (sync: rows of
-            # like blocks, the least sum of row maxima for these blocks; shard: equal totals)
+            # like blocks, the least sum of row maxima for these blocks; shard: equal totals);
+            # both energies from the same fresh evaluation (no float noise decides)
             from .regroup import rearranged
 
-            moved, moved_energy, _ = rearranged(problem, best)
-            search_stats["arranged"] = bool(moved_energy < best_energy)
-            if moved_energy < best_energy:
+            moved, moved_energy, energy_now = rearranged(problem, best)
+            search_stats["arranged"] = bool(moved_energy < energy_now)
+            if moved_energy < energy_now:
                 best, best_energy = moved, moved_energy
         if deadline is not None:
             # a search returns after its deadline by its last block pair and its own teardown;

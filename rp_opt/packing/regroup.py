@@ -13,7 +13,7 @@ Moving whole cells keeps every constraint (capacity, non-empty cells, the per-ce
 m): only positions change. :func:`regroup_cells` sorts the cells by their stand-alone
 attention sum_s n_s c_s(d), cuts the order into blocks of D/G cells (for one stage this
 minimises sum over blocks of the max), and arranges the blocks in the [R, G] matrix for
-the primary aggregate: sorted into consecutive groups for a sum of maxima (``sync``:
+the primary's first aggregate: sorted into consecutive groups for a sum of maxima (``sync``:
 rows of like blocks), balanced by LPT with R (or G) blocks per group for a maximum of sums
 (``shard``: equal shard totals). The caller keeps the result only when its energy is
 lower; the search then trades the expert peaks the regrouping ignored.
@@ -34,7 +34,8 @@ def _cell_sums(problem: Problem, cell_of: np.ndarray):
     order = np.argsort(cell_of, kind="stable")
     starts = np.searchsorted(cell_of[order], np.arange(cells))
     # every cell of a valid layout holds a sample, so the segment starts are distinct
-    cell_demand = np.add.reduceat(problem.demand[order], starts, axis=0)      # int32: sums <= C top_k
+    # int32 holds every sum: make_problem checks max(demand) * N < 2**31
+    cell_demand = np.add.reduceat(problem.demand[order], starts, axis=0)
     return cell_work, cell_demand
 
 
@@ -96,8 +97,24 @@ def _positions(problem: Problem, attention: np.ndarray, expert: np.ndarray) -> n
 def arrange_blocks(problem: Problem, cell_of: np.ndarray, attention: np.ndarray,
                    expert: np.ndarray) -> np.ndarray:
     """``cell_of`` with its (row, shard) blocks moved whole to new positions: each block's
-    A and X ([R*G], the layout's) stay, and the primary's aggregate of them is as low as
-    :func:`_positions` arranges it (for ``sync`` the least possible for these blocks)."""
+    A and X stay, and the primary's first aggregate of them is as low as :func:`_positions`
+    arranges it (for ``sync`` the least possible for these blocks).
+
+    Parameters
+    ----------
+    problem
+        The kernel's :class:`~rp_opt.packing.anneal.Problem`.
+    cell_of
+        [N] cell r*D + d of every sample.
+    attention, expert
+        [R*G] A and X of the layout's blocks, indexed by pair r*G + g.
+
+    Returns
+    -------
+    numpy.ndarray
+        [N] new cell of every sample (the block at pair b moves to its new pair with its
+        slots in the same order).
+    """
     p = problem
     target = _positions(p, attention, expert)
     new_cell = np.empty(p.num_cells, dtype=np.int64)
@@ -138,8 +155,22 @@ def regroup_cells(problem: Problem, cell_of: np.ndarray) -> np.ndarray:
 
 
 def rearranged(problem: Problem, cell_of: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """(the layout with its blocks arranged by :func:`arrange_blocks`, its energy, the
-    energy of ``cell_of``); the caller keeps the lower."""
+    """The layout with its blocks arranged by :func:`arrange_blocks`, and both energies.
+
+    Parameters
+    ----------
+    problem
+        The kernel's :class:`~rp_opt.packing.anneal.Problem`.
+    cell_of
+        [N] a valid layout.
+
+    Returns
+    -------
+    tuple
+        (moved [N] layout, its energy, the energy of ``cell_of``), both energies from one
+        fresh evaluation in a private two-replica state, freed before returning; the
+        caller keeps the lower.
+    """
     state = State(problem, 2)
     try:
         load_layouts(problem, state, [0], [cell_of])
