@@ -23,7 +23,7 @@ from rp_opt.check import check
 from rp_opt.solvers import get_solver
 
 
-def small(count: int, exact_time: float):
+def small(count: int, exact_time: float, objective: str = "sync"):
     """Small windows (N in 16, 20, 24; D=4, G=2, L=8, E=16, P=4): the heuristic with a 1-s
     limit, then the exact solver warm-started by it; gap of the heuristic to the exact
     solver's best plan (the optimum where it proved it) and to the exact solver's bound."""
@@ -35,9 +35,9 @@ def small(count: int, exact_time: float):
         n = 16 + (seed % 3) * 4
         inst = synth.generate(model="ling-flash-like", samples=n, dp=4, edp=2, ep=4, capacity=4096, layers=8,
                               experts=16, seed=seed)
-        heur = get_solver("heuristic")(inst, objective="sync", time_limit=1.0, seed=seed, workers=1)
+        heur = get_solver("heuristic")(inst, objective=objective, time_limit=1.0, seed=seed, workers=1)
         assert check(inst, heur.plan).valid
-        exact = get_solver("exact")(inst, objective="sync", time_limit=exact_time, seed=0, warm_start=heur.plan,
+        exact = get_solver("exact")(inst, objective=objective, time_limit=exact_time, seed=0, warm_start=heur.plan,
                                     placement=heur.plan.placement)
         ref = min(exact.score[0], heur.score[0])
         gap = (heur.score[0] - ref) / ref
@@ -199,10 +199,10 @@ if __name__ == "__main__":
                         help="N of the scaling windows")
     parser.add_argument("--cache", default="/tmp", help="directory of the cached windows")
     parser.add_argument("--objective", default="sync", choices=("sync", "shard"),
-                        help="objective of the production and scaling runs")
+                        help="objective of the small, production and scaling runs")
     args = parser.parse_args()
     if args.small:
-        small(args.small, args.exact_time)
+        small(args.small, args.exact_time, args.objective)
     if args.production:
         production(args.time, args.samples, args.reference, args.routing_corr, args.cache, args.objective)
     if args.kernel:
