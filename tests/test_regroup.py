@@ -216,3 +216,14 @@ def test_regrouped_copy_follows_its_rule_when_replicas_are_few():
     assert_checked(inst, res)
     first, second = list(res.stats["seed_energy"])
     assert second == f"{first}+regroup"
+
+
+def test_refinement_search_is_arranged_too():
+    """The placement refinement's search ends with the block arrangement as the packing
+    rounds' searches do (stats of the refine round carry ``arranged``)."""
+    inst = small(samples=48, dp=4, edp=2, seed=0)      # a window where the refinement swaps experts
+    res = anneal.heuristic(inst, objective="shard", time_limit=5.0, seed=0, temperatures=2, search_evaluations=20,
+                           refine=True, refine_sweeps=5, report_baseline=False, workers=1)
+    assert_checked(inst, res)
+    rounds = [r for r in res.stats["refine"] if "search" in r]
+    assert rounds and all("arranged" in r["search"] for r in rounds)

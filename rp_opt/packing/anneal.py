@@ -845,7 +845,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     ``refine_share`` (share of the packing time for it, 0.4), ``regroup`` (every seed also
     with its cells regrouped whole, :mod:`.regroup`; default None: on when the primary's
     first aggregate is a maximum of sums such as ``shard``; unless it is False, after each
-    search of the packing rounds (not the refinement's) the blocks are arranged whole for
+    search (also the placement refinement's) the blocks are arranged whole for
     that aggregate when it is a sum of maxima or a maximum of sums, the time counted in
     ``timings["search"]``), ``refine_rounds`` (1),
     ``refine_sweeps`` (swap sweeps with a fixed schedule, 20),
@@ -961,7 +961,6 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     regroup = options.get("regroup")
     # the primary's first aggregate decides (regroup_cells and arrange_blocks arrange for it)
     _, _, inner, _, outer, _ = problem.aggregates[0]
-    arrangeable = inner != outer          # a sum of sums or a max of maxima: any order is as good
     if regroup is None:
         # measured (docs/benchmarks.md, twelfth session): for a max of sums (shard) the
         # regrouped seeds win (N = 4096 at 5 s: 0.50 % -> 0.18 % above the bound); for a sum
@@ -1074,16 +1073,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
             screen=options.get("search_screen", 32), workers=int(search_workers))
         if energy <= best_energy:
             best, best_energy = found, energy
-        if options.get("regroup") is not False and arrangeable:
-            # the search's blocks moved whole into the order the primary wants (sync: rows of
-            # like blocks, the least sum of row maxima for these blocks; shard: equal totals);
-            # both energies from the same fresh evaluation (no float noise decides)
-            from .regroup import rearranged
-
-            moved, moved_energy, energy_now = rearranged(problem, best)
-            search_stats["arranged"] = bool(moved_energy < energy_now)
-            if moved_energy < energy_now:
-                best, best_energy = moved, moved_energy
+        best, best_energy = _arrange_after_search(problem, best, best_energy, options, search_stats)
         if deadline is not None:
             # a search returns after its deadline by its last block pair and its own teardown;
             # the refinement's search ends that much earlier
@@ -1189,6 +1179,24 @@ def improvement(baseline: float, value: float) -> float | None:
     return (baseline - value) / baseline
 
 
+def _arrange_after_search(problem: Problem, layout: np.ndarray, energy: float, options: dict,
+                          search_stats: dict) -> tuple[np.ndarray, float]:
+    """The searched layout with its blocks moved whole into the order the primary's first
+    aggregate wants (:func:`rp_opt.packing.regroup.rearranged`; sync: rows of like blocks,
+    the least sum of row maxima for these blocks; shard: equal shard totals), when that
+    lowers the energy; both energies come from one fresh evaluation, so float noise does
+    not decide. Off with ``regroup=False`` and for a sum of sums or a max of maxima, where
+    every order is as good. Sets ``search_stats["arranged"]``."""
+    _, _, inner, _, outer, _ = problem.aggregates[0]
+    if options.get("regroup") is False or inner == outer:
+        return layout, energy
+    from .regroup import rearranged
+
+    moved, moved_energy, energy_now = rearranged(problem, layout)
+    search_stats["arranged"] = bool(moved_energy < energy_now)
+    return (moved, moved_energy) if moved_energy < energy_now else (layout, energy)
+
+
 def _refine_round(instance: Instance, objective, placement: Placement, problem: Problem, best: np.ndarray,
                   best_energy: float, deadline: float | None, *, seed: int, deterministic: bool, options: dict,
                   search_workers: int, rank_demand_seconds: float = 0.0) -> dict:
@@ -1222,6 +1230,7 @@ def _refine_round(instance: Instance, objective, placement: Placement, problem: 
         new_problem, best, deadline=deadline, max_evaluations=evals, seed=seed + 7919,
         cap=options.get("search_cap"), surrogate=float(options.get("surrogate", 0.05)),
         screen=options.get("search_screen", 32), workers=search_workers)
+    found, energy = _arrange_after_search(new_problem, found, energy, options, search_stats)
     out["stats"].update(energy_before=best_energy, energy_after=energy, search=search_stats)
     if energy < best_energy:
         out.update(adopted=True, placement=new_place, major=major, problem=new_problem, layout=found, energy=energy)
