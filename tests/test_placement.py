@@ -124,6 +124,23 @@ def test_spread_bound_of_two_rank_sized_experts():
     assert layer_rank_loads(load[None], ranks[None], 4).max() == 13
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint64, np.int32, bool])
+def test_bound_of_unsigned_and_bool_loads_is_that_of_int64(dtype):
+    """Unsigned loads are read as int64: negating them to sort decreasingly wrapped around
+    (uint8 [5, 0, 3, 3, 0, 7] on 3 ranks gave 12297829382473034417; the optimum is 7)."""
+    load = np.array([5, 0, 3, 3, 0, 7]) if dtype is not bool else np.array([1, 0, 1, 1, 0, 1])
+    expected = placement_lower_bound(load.astype(np.int64), 3).tolist()
+    assert placement_lower_bound(load.astype(dtype), 3).tolist() == expected
+    assert expected == ([7] if dtype is not bool else [2])
+
+
+def test_load_without_experts_or_numbers_is_an_input_error():
+    with pytest.raises(InputError, match="no experts"):
+        placement_lower_bound(np.zeros((2, 0)), 1)
+    with pytest.raises(InputError, match="must be numbers"):
+        placement_lower_bound(np.array(["a", "b"]), 1)
+
+
 @pytest.mark.parametrize("num_experts,num_ranks", CASES)
 def test_bound_below_brute_force_with_rank_sized_experts(num_experts, num_ranks):
     """bound <= optimum on layers where up to P experts each carry about a rank's share

@@ -20,6 +20,11 @@ def _check_load(load: np.ndarray, num_ranks: int) -> tuple[np.ndarray, int]:
     if load.ndim == 1:
         load = load[None, :]
     require(load.ndim == 2, "load", f"must be [L, E], got shape {load.shape}")
+    require(load.dtype.kind in "biuf", "load", f"must be numbers, got dtype {load.dtype}")
+    require(load.shape[1] >= 1, "load", "has no experts (E = 0)")
+    if load.dtype.kind in "bu":
+        # signed: the bounds negate loads to sort them decreasingly (unsigned would wrap)
+        load = load.astype(np.int64)
     num_ranks = integer("num_ranks", num_ranks, low=1)
     require(load.shape[1] % num_ranks == 0, "num_ranks", f"P={num_ranks} does not divide E={load.shape[1]}")
     require(bool(np.all(np.isfinite(load))) and bool(np.all(load >= 0)), "load", "must be finite and >= 0")
