@@ -134,6 +134,15 @@ def test_bound_of_unsigned_and_bool_loads_is_that_of_int64(dtype):
     assert expected == ([7] if dtype is not bool else [2])
 
 
+def test_float_bound_stays_below_the_optimum_next_to_a_huge_load():
+    """[2**53, 3, 3, 3, 3, 3, 3, 3] on 2 ranks of 4 experts: the optimum is {2**53, 3, 3, 3}
+    and {3, 3, 3, 3}, max 2**53 + 9. Differences of float prefix sums gave 2**53 + 12;
+    integer loads give the optimum exactly."""
+    load = np.array([2 ** 53, 3, 3, 3, 3, 3, 3, 3])
+    assert int(placement_lower_bound(load, 2)[0]) == 2 ** 53 + 9
+    assert int(placement_lower_bound(load.astype(float), 2)[0]) <= 2 ** 53 + 9
+
+
 def test_load_without_experts_or_numbers_is_an_input_error():
     with pytest.raises(InputError, match="no experts"):
         placement_lower_bound(np.zeros((2, 0)), 1)
