@@ -26,17 +26,10 @@ import numpy as np
 from .anneal import Problem, State, load_layouts
 
 
-def _cell_sums(problem: Problem, cell_of: np.ndarray):
-    """Per-cell stage work [S, cells] and rank demand [cells, P*L] (rank-major)."""
-    cells = problem.num_cells
+def _cell_work(problem: Problem, cell_of: np.ndarray) -> np.ndarray:
+    """[S, cells] stage work sum_i (alpha_s T_i + beta_s Q_i) of every cell."""
     work = problem.alpha[:, None] * problem.lengths[None, :] + problem.beta[:, None] * problem.work[None, :]
-    cell_work = np.stack([np.bincount(cell_of, weights=w, minlength=cells) for w in work])
-    order = np.argsort(cell_of, kind="stable")
-    starts = np.searchsorted(cell_of[order], np.arange(cells))
-    # every cell of a valid layout holds a sample, so the segment starts are distinct
-    # int32 holds every sum: make_problem checks max(demand) * N < 2**31
-    cell_demand = np.add.reduceat(problem.demand[order], starts, axis=0)
-    return cell_work, cell_demand
+    return np.stack([np.bincount(cell_of, weights=w, minlength=problem.num_cells) for w in work])
 
 
 def _balanced(values: np.ndarray, groups: int, size: int) -> np.ndarray:
@@ -141,17 +134,23 @@ def regroup_cells(problem: Problem, cell_of: np.ndarray) -> np.ndarray:
     """
     p = problem
     cell_of = np.asarray(cell_of, dtype=np.int64)
-    k, num_blocks = p.per_shard, p.num_pairs
-    cell_work, cell_demand = _cell_sums(p, cell_of)
-    # cells by stand-alone attention sum_s n_s c_s(d), costliest first, cut into blocks
-    blocks = np.argsort(-(p.layers @ cell_work), kind="stable").reshape(num_blocks, k)
-    attention = p.layers @ cell_work[:, blocks].max(axis=2)                          # A of each block
-    peaks = cell_demand[blocks].sum(axis=1).reshape(num_blocks, p.num_ranks, p.num_layers).max(axis=1)
-    expert = p.gamma * peaks.sum(axis=1)                                             # X of each block
-    target = _positions(p, attention, expert)
+    # cells by stand-alone attention sum_s n_s c_s(d), costliest first: the b-th D/G of
+    # them become pair b, and those blocks are arranged with the kernel's A and X
+    order = np.argsort(-(p.layers @ _cell_work(p, cell_of)), kind="stable")
     new_cell = np.empty(p.num_cells, dtype=np.int64)
-    new_cell[blocks] = p.cells_of_pair[target]
-    return new_cell[cell_of]
+    new_cell[order] = p.cells_of_pair.ravel()
+    state = State(p, 1)
+    try:
+        return _arranged(p, new_cell[cell_of], state)
+    finally:
+        state.close()
+
+
+def _arranged(problem: Problem, cell_of: np.ndarray, state: State) -> np.ndarray:
+    """:func:`arrange_blocks` of ``cell_of`` with A and X from replica 0 of ``state``, which
+    it loads with ``cell_of``."""
+    load_layouts(problem, state, [0], [cell_of])
+    return arrange_blocks(problem, cell_of, state.attention[0], state.expert[0])
 
 
 def rearranged(problem: Problem, cell_of: np.ndarray) -> tuple[np.ndarray, float, float]:
@@ -173,8 +172,7 @@ def rearranged(problem: Problem, cell_of: np.ndarray) -> tuple[np.ndarray, float
     """
     state = State(problem, 2)
     try:
-        load_layouts(problem, state, [0], [cell_of])
-        moved = arrange_blocks(problem, cell_of, state.attention[0], state.expert[0])
+        moved = _arranged(problem, cell_of, state)
         load_layouts(problem, state, [1], [moved])
         return moved, float(state.energy[1]), float(state.energy[0])
     finally:
