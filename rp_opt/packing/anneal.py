@@ -58,6 +58,7 @@ import signal
 import time
 from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 
@@ -83,6 +84,20 @@ _REDUCERS = {"sum": np.sum, "max": np.max}
 # Constant data of one problem (shared by all replicas, inherited by forked workers)
 # ---------------------------------------------------------------------------------------
 
+class Term(NamedTuple):
+    """One aggregate of the objective as the kernel evaluates it: ``coef`` *
+    ``outer``_r/g ``inner`` (``attention`` A + ``expert`` X), ``inner`` reducing over
+    ``axis`` of the [R, G] block matrix (1: over shards, 0: over rows); ``coef`` holds the
+    level's weight eps**level of the scalar energy."""
+
+    attention: float
+    expert: float
+    inner: str
+    axis: int
+    outer: str
+    coef: float
+
+
 @dataclass
 class Problem:
     """Window data the kernel needs, in flat arrays; names follow MODEL.md."""
@@ -101,7 +116,7 @@ class Problem:
     num_ranks: int              # P
     capacity: int               # C
     limit: int | None           # m
-    aggregates: list            # [(attention weight, expert weight, inner, over axis, outer, energy coef)]
+    aggregates: list            # [Term], the primary's first aggregate first
     eps: float
 
     @property
@@ -149,7 +164,7 @@ def make_problem(instance: Instance, demand_by_rank: np.ndarray, num_rows: int, 
     aggregates = []
     for k, level in enumerate(objective.levels):
         for coef, agg in level:
-            aggregates.append((agg.attention, agg.expert, agg.inner, _AXIS[agg.over], agg.outer, coef * eps ** k))
+            aggregates.append(Term(agg.attention, agg.expert, agg.inner, _AXIS[agg.over], agg.outer, coef * eps ** k))
     require(int(demand_by_rank.max(initial=0)) * n < 2 ** 31, "demand", "rank loads overflow int32")
     if flat is None:
         # rank-major [N, P, L]: the max over p is then an elementwise max of P contiguous rows
@@ -629,7 +644,7 @@ def search_layout(problem: Problem, start: np.ndarray, *, deadline: float | None
     layout = np.asarray(start, dtype=np.int64)
     evals = None if max_evaluations is None else max(1, int(0.85 * max_evaluations))
     rest = None if max_evaluations is None else max(1, max_evaluations - (evals or 0))
-    sur = replace(problem, aggregates=list(problem.aggregates) + [(1.0, 1.0, "sum", 1, "sum", surrogate)]) \
+    sur = replace(problem, aggregates=list(problem.aggregates) + [Term(1.0, 1.0, "sum", 1, "sum", surrogate)]) \
         if surrogate > 0 else None
     workers = max(1, min(int(workers), problem.rows // 2))
     if workers > 1:
@@ -960,7 +975,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     starts = [seeds[name].cell_of for name in names]
     regroup = options.get("regroup")
     # the primary's first aggregate decides (regroup_cells and arrange_blocks arrange for it)
-    _, _, inner, _, outer, _ = problem.aggregates[0]
+    first = problem.aggregates[0]
+    inner, outer = first.inner, first.outer
     if regroup is None:
         # measured (docs/benchmarks.md, twelfth session): for a max of sums (shard) the
         # regrouped seeds win (N = 4096 at 5 s: 0.50 % -> 0.18 % above the bound); for a sum
@@ -1187,7 +1203,8 @@ def _arrange_after_search(problem: Problem, layout: np.ndarray, energy: float, o
     lowers the energy; both energies come from one fresh evaluation, so float noise does
     not decide. Off with ``regroup=False`` and for a sum of sums or a max of maxima, where
     every order is as good. Sets ``search_stats["arranged"]``."""
-    _, _, inner, _, outer, _ = problem.aggregates[0]
+    first = problem.aggregates[0]
+    inner, outer = first.inner, first.outer
     if options.get("regroup") is False or inner == outer:
         return layout, energy
     from .regroup import rearranged
