@@ -12,6 +12,8 @@ import sys
 import time
 from importlib import resources
 
+import numpy as np
+
 from ..errors import MAX_SEED, InputError, integer, number, require
 from ..io import check_writable, load_instance, plan_from_dict, read_plan_file
 from ..result import _jsonable
@@ -50,7 +52,32 @@ def open_instance(path: str | None, cost: str | None = None) -> tuple[Instance, 
     instance = load_instance(path)
     if cost is not None:
         instance = dataclasses.replace(instance, cost=load_cost(cost, instance.window.num_layers))
+    check_cost_range(instance, "cost" if cost is None else "--cost")
     return instance, path
+
+
+# far beyond any measured cost; past them J overflows to inf, or a subnormal coefficient
+# makes 1 / gamma inf in the exact model's integer scaling
+MIN_COEFFICIENT, MAX_WINDOW_COST = 1e-100, 1e100
+
+
+def check_cost_range(instance: Instance, field: str) -> None:
+    """:class:`InputError` on ``field`` (``cost``, or ``--cost`` for a cost model given
+    apart) when a non-zero alpha, beta or gamma is below :data:`MIN_COEFFICIENT`, or the
+    window's whole modelled cost (every sample's attention and expert cost) is above
+    :data:`MAX_WINDOW_COST`."""
+    cost, window = instance.cost, instance.window
+    named = [(f"cost.stages[{s.name}].{key}", getattr(s, key)) for s in cost.stages for key in ("alpha", "beta")]
+    for name, value in named + [("cost.gamma", cost.gamma)]:
+        require(value == 0 or value >= MIN_COEFFICIENT, field, f"{name}: must be 0 or >= {MIN_COEFFICIENT:g}, got {value!r}")
+    tokens = float(window.lengths.sum())
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = float(np.sum(cost.layers * (cost.alpha * tokens + cost.beta * float(np.sum(window.attn_work))))
+                      + cost.gamma * tokens * window.top_k * window.num_layers)
+    total = math.inf if math.isnan(total) else total  # inf x 0 (a zero coefficient): the cost overflowed
+    require(total <= MAX_WINDOW_COST, field,
+            f"alpha, beta, gamma (or attn_work) give the window a modelled cost of {total:g}, above "
+            f"{MAX_WINDOW_COST:g}")
 
 
 def load_cost(cost: str, num_layers: int):

@@ -40,6 +40,8 @@ def _window_arrays(path: str):
     require(lengths.ndim == 1 and lengths.size >= 1, "lengths", f"must be a non-empty 1-D array, got shape {lengths.shape}")
     require(lengths.dtype.kind in "iu", "lengths", f"must be integers, got dtype {lengths.dtype}")
     require(bool(np.all(lengths >= 1)), "lengths", f"holds {int(lengths.min())}; every sample needs >= 1 token")
+    require(int(lengths.max()) <= np.iinfo(np.int64).max, "lengths",
+            f"holds {int(lengths.max())}, beyond 64-bit integers")
     return lengths.astype(np.int64), cluster_from_meta(meta.get("cluster"))
 
 

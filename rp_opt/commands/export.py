@@ -68,15 +68,23 @@ def run(args) -> int:
         require("phy2log" in arrays, "--previous", f"{args.previous} has no phy2log array")
         ranks = plan.placement.num_ranks
         if "placement" in arrays and np.asarray(arrays["placement"]).size:
+            theirs = np.asarray(arrays["placement"])
+            require(theirs.dtype.kind in "iu" or (theirs.dtype.kind == "f" and bool(np.all(np.isfinite(theirs)))),
+                    "--previous", f"{args.previous} has a placement that is not ranks (dtype {theirs.dtype})")
             # a balanced placement uses every rank: its largest rank + 1 is the export's P
-            theirs = int(np.asarray(arrays["placement"]).max()) + 1
+            theirs = int(theirs.max()) + 1
             require(theirs == ranks, "--previous",
                     f"{args.previous} is an export for P={theirs} EP ranks, this plan's cluster has P={ranks}")
         shape = np.shape(arrays["phy2log"])
         expected = (plan.placement.num_layers, plan.placement.num_experts)
         require(shape == expected, "--previous",
                 f"{args.previous} has phy2log of shape {shape}, this plan has (L, E) = {expected}")
-        previous = arrays["phy2log"]
+        previous = np.asarray(arrays["phy2log"])
+        # checked here, before anything is written (the writer's own check reads as '-o')
+        require(previous.dtype.kind in "iuf" and np.array_equal(
+            np.sort(previous, axis=1), np.broadcast_to(np.arange(expected[1]), expected)), "--previous",
+            f"{args.previous}: phy2log is not a permutation of the experts 0..{expected[1] - 1} in every layer")
+        previous = previous.astype(np.int64)
     written: list[str] = []
     # a write that fails after the checks (disk full) is one line, and the summary still prints
     error = write_output(lambda prefix: written.extend(export_plan(plan, prefix, previous)), args.output)

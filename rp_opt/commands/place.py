@@ -17,6 +17,7 @@ from ._common import (Progress, add_json, check_output, default_instance_path, e
 log = logging.getLogger("rp_opt")
 
 METHODS = ("identity", "lpt", "local", "exact")
+MAX_TOLERANCE = 1e6
 
 
 def register(sub) -> None:
@@ -34,7 +35,8 @@ def register(sub) -> None:
     p.add_argument("--mip-gap", type=number_arg(0), default=1e-3,
                    help="exact: relative gap to stop at, finite and >= 0 (default 1e-3)")
     p.add_argument("--tolerance", type=number_arg(0), default=0.0,
-                   help="migration: allowed relative excess of the max rank load, finite and >= 0 (default 0)")
+                   help=f"migration: allowed relative excess of the max rank load, finite, >= 0 and <= {MAX_TOLERANCE:g} "
+                        "(default 0)")
     p.add_argument("--backend", choices=("highs", "cpsat"), default="highs", help="exact: solver (default highs)")
     p.add_argument("--expert-bytes", type=int_arg(0), default=None,
                    help="bytes of one expert, >= 0 (default: from the instance's model spec, else 0)")
@@ -101,6 +103,8 @@ def run(args) -> int:
     objective = get_placement_objective(args.objective)
     require(args.method == "exact" or objective.name == "aggregate", "--objective",
             f"{objective.name!r} needs --method exact")
+    # above P - 1 every placement is within the tolerance; far above, the load cap overflows
+    require(args.tolerance <= MAX_TOLERANCE, "--tolerance", f"must be <= {MAX_TOLERANCE:g}, got {args.tolerance!r}")
     check_output(args.output, inputs={"window": args.file or default_instance_path()})
     instance, path = open_instance(args.file)
     window, num_ranks = instance.window, instance.cluster.ep
