@@ -463,6 +463,114 @@ def attention_waste(work: np.ndarray, lengths: np.ndarray, capacity: int, per_sh
     return out
 
 
+def _cell_ceiling(lengths: np.ndarray, work: np.ndarray, capacity: int, room: np.ndarray,
+                  full: np.ndarray) -> np.ndarray:
+    """Most attention ``work`` a cell without a full-length sample can have within each
+    ``room`` tokens: at most one "big" sample (2 T > C) plus the fractional-knapsack fill of
+    the rest with the others (an upper bound; the per-cell sample limit is ignored)."""
+    big = (2 * lengths > capacity) & ~full
+    small = 2 * lengths <= capacity
+    weights, values = lengths[small].astype(np.float64), work[small]
+    best = _fractional_knapsack(weights, values, room)
+    if big.any():
+        rest = room[None, :] - lengths[big][:, None]
+        fill = _fractional_knapsack(weights, values, np.maximum(rest, 0.0).ravel()).reshape(rest.shape)
+        best = np.maximum(best, np.where(rest >= 0, work[big][:, None] + fill, -np.inf).max(axis=0))
+    return best
+
+
+def full_row_charge(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarray, capacity: int,
+                    per_shard: int, num_shards: int, expert_rate: float, grid: int = 256) -> float:
+    """Lower bound on sum_r (G M_r - sum_g Lambda_g) over the rows that hold a full-length
+    sample (T_i = C), for the row maxima M_r = max_g J[r,g] of ``sync``.
+
+    ``attention`` [N] is each sample's attention cost sum_s n_s (alpha_s T_i + beta_s Q_i),
+    ``routed`` [N] its routed tokens sum_{l,e} a[i,l,e]; with E(g) = ``expert_rate`` (=
+    gamma / P) times a block's routed tokens, X[r,g] >= E(g), and Lambda_g = (1/k) sum_{d in
+    g} att_d + E(g) <= J[r,g] (k = D/G cells per block), so sum_r max_g J >= (1/G) (sum_i
+    att_i / k + sum_i E_i + this charge).
+
+    Why a row with a full-length cell is charged (theta: the least attention of a
+    full-length sample; g_f: the row's block with the most tokens among those that hold
+    one; s = k C - T_{g_f}): M_r >= theta + E(g_f), so block g owes
+    (1/k) sum_{d in g} (theta - att_d) - (E(g) - E(g_f)), and E(g) - E(g_f) <= rho s for a
+    block without a full-length sample (every sample routes rho tokens per token; the bound
+    is 0 otherwise), <= 0 for one with. For any s1 > 0, either s < s1 (the row owes its
+    cells' deficits less rho s1 per block without a full-length sample) or every block
+    with one has s1 tokens of room, which costs its cells at least delta(s1) (knapsack
+    ceilings of cells with that little room). Cells' deficits are at least theta minus
+    their knapsack ceiling (distinct big samples). A row of n blocks with full-length
+    samples owes max_{s1} min(n delta(s1) / k, x - (G - n) rho s1), x its cells' deficits
+    (each row the cheapest cells: a relaxation); a row whose blocks all hold one, or with
+    a block of k full-length cells (s = 0), owes x, pooled over such rows (their cells are
+    distinct). A DP over how the full-length samples split into rows takes the least.
+    """
+    attention = np.asarray(attention, dtype=np.float64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    routed = np.asarray(routed, dtype=np.int64)
+    k, num_shards, slots = int(per_shard), int(num_shards), int(per_shard) * int(num_shards)
+    full = lengths == capacity
+    heavy = int(full.sum())
+    # E(g) - E(g_f) <= rho s needs one routing rate rho for every sample (a full replay)
+    if heavy == 0 or not np.all(routed * lengths[0] == routed[0] * lengths):
+        return 0.0
+    rho = expert_rate * float(routed[0]) / float(lengths[0])
+    theta = float(attention[full].min())
+    excess = float((attention[full] - theta).sum()) / k        # full-length cells above theta
+    # the deficit theta - att_d of a cell without a full-length sample, at least: each
+    # distinct big sample's ceiling, or that of a cell without one; cheapest first
+    big, small = (2 * lengths > capacity) & ~full, 2 * lengths <= capacity
+    room = np.concatenate([[capacity], capacity - lengths[big]]).astype(np.float64)
+    fill = _fractional_knapsack(lengths[small].astype(np.float64), attention[small], room)
+    deficits = np.sort(np.concatenate([theta - (attention[big] + fill[1:]),
+                                       np.full(slots * (heavy + 1), theta - fill[0])]))
+    cheapest = np.concatenate([[0.0], np.cumsum(deficits)]) / k   # [K]: the K cheapest cells
+    # h[y]: deficit of a cell with >= y * step tokens of room; delta[j]: least deficit of
+    # 1..k-1 cells with >= j * step of room between them (rounded down: a lower bound)
+    step = capacity / grid
+    h = theta - _cell_ceiling(lengths, attention, capacity,
+                              np.maximum(capacity - np.arange(grid + 1) * step, 0.0), full)
+    delta = np.full(grid + 1, np.inf)
+    spread = h.copy()                                           # m cells, room exactly y
+    for m in range(1, k):
+        at_least = np.minimum.accumulate(spread[::-1])[::-1]
+        delta = np.minimum(delta, at_least[np.clip(np.arange(grid + 1) - m, 0, grid)])
+        nxt = np.full(grid + 1, np.inf)
+        for y in range(grid + 1):
+            nxt[y:] = np.minimum(nxt[y:], spread[:grid + 1 - y] + h[y])
+        spread = nxt
+    owed_heavy = delta[1:] / k                                  # per block, s1 = j step, j >= 1
+    owed_room = rho * np.arange(1, grid + 1) * step             # per block without one
+    # per row with f full-length samples: "pooled" (owes its cells' deficits) or the least
+    # over n of the two-case bound with its cheapest cells
+    pooled = np.zeros(slots + 1, dtype=bool)
+    two_case = np.full(slots + 1, np.inf)
+    for f in range(1, slots + 1):
+        x = cheapest[slots - f]
+        for n in range(-(-f // k), num_shards + 1):
+            if n == num_shards or n * (k - 1) < f:
+                pooled[f] = True
+            else:
+                value = float(np.max(np.minimum(n * owed_heavy, x - (num_shards - n) * owed_room)))
+                two_case[f] = min(two_case[f], max(0.0, value))
+    # least owed by two-case rows with t full-length samples, least cells in pooled rows
+    owed, cells = np.full(heavy + 1, np.inf), np.full(heavy + 1, np.inf)
+    owed[0] = cells[0] = 0.0
+    sizes = np.arange(1, slots + 1)
+    for t in range(1, heavy + 1):
+        f = sizes[sizes <= t]
+        owed[t] = np.min(owed[t - f] + two_case[f])
+        f = f[pooled[f]]
+        if f.size:
+            cells[t] = np.min(cells[t - f] + (slots - f))
+    # pooled rows owe at least the sum of their cells' deficits, >= 0 (cheapest is convex)
+    lowest = np.minimum.accumulate(cheapest[::-1])[::-1]
+    rest = cells[::-1]
+    finite = np.isfinite(rest) & np.isfinite(owed)
+    pooled_owed = np.maximum(lowest[np.minimum(rest[finite], lowest.size - 1).astype(np.int64)], 0.0)
+    return max(0.0, float(np.min(owed[finite] + pooled_owed)) - excess)
+
+
 @dataclass(frozen=True)
 class CostBounds:
     """Valid lower bounds on the parts of any layout with ``num_rows`` rows.
@@ -478,6 +586,12 @@ class CostBounds:
     sample_attention, sample_expert
         [N] cost of each sample alone: every cell, shard and row holding it costs at least
         this much.
+    attention_mean, token_expert, row_charge
+        sum_r max_g J >= (1/G) (attention_mean + token_expert + max(row_charge,
+        expert_total - token_expert)): (G/D) sum_i att_i, (gamma/P) x the routed tokens
+        (X[r,g] >= the block's share of them), and :func:`full_row_charge` (rows that hold
+        a full-length sample). The expert total above ``token_expert`` may sit in those
+        rows too, hence the max. 0 where not computed.
     """
 
     attention_total: float
@@ -486,6 +600,9 @@ class CostBounds:
     sample_expert: np.ndarray
     num_rows: int
     num_shards: int
+    attention_mean: float = 0.0
+    token_expert: float = 0.0
+    row_charge: float = 0.0
 
     def _means(self, agg: Aggregate) -> int:
         """n such that ``agg`` >= (its matrix's total) / n: a max over n entries is at least
@@ -503,7 +620,17 @@ class CostBounds:
         if agg.inner == "sum" and agg.outer == "sum":
             return total
         single = float(np.max(agg.attention * self.sample_attention + agg.expert * self.sample_expert))
-        return max(total / self._means(agg), single)
+        return max(total / self._means(agg), single, self._rows(agg))
+
+    def _rows(self, agg: Aggregate) -> float:
+        """The full-row bound on sum_r max_g J (see ``row_charge``), for aggregates equal
+        to a multiple of it: sum_r max_g, and with G = 1 every sum over rows."""
+        per_row = agg.inner == "max" and agg.over == "shards" and agg.outer == "sum"
+        rows_summed = (agg.over == "rows" and agg.inner == "sum") or (agg.over == "shards" and agg.outer == "sum")
+        if self.row_charge <= 0 or agg.attention != agg.expert or not (per_row or (self.num_shards == 1 and rows_summed)):
+            return 0.0
+        charged = max(self.row_charge, self.expert_total - self.token_expert)
+        return agg.attention * (self.attention_mean + self.token_expert + charged) / self.num_shards
 
     def gap_split(self, costs: Costs, objective, relative: bool = False) -> dict:
         """Where a plan's primary sits above this bound, in cost units of the primary:
@@ -564,5 +691,12 @@ def cost_bounds(instance: Instance, num_rows: int, placement: Placement | None =
     else:
         expert_total = cost.gamma * float(rank_load(window, placement).max(axis=1).sum())
         sample_expert = cost.gamma * rank_demand(window, placement).max(axis=2).sum(axis=1).astype(np.float64)
+    # rows that hold a full-length sample (sync's row maxima): needs the routed tokens
+    routed = np.asarray(tokens, dtype=np.int64).sum(axis=1) if tokens is not None \
+        else window.demand.sum(axis=(1, 2), dtype=np.int64)
+    per_shard = cluster.dp // cluster.edp
+    charge = full_row_charge(attention, window.lengths, routed, cluster.capacity, per_shard, cluster.edp,
+                             cost.gamma / cluster.ep)
     return CostBounds(attention_total, expert_total, attention, np.asarray(sample_expert, dtype=np.float64),
-                      int(num_rows), cluster.edp)
+                      int(num_rows), cluster.edp, float(attention.sum()) / per_shard,
+                      cost.gamma / cluster.ep * float(routed.sum()), charge)

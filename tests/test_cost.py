@@ -223,3 +223,117 @@ def test_valid_objective_weights_still_score(hand):
     objective = Objective("custom-a", (((2, agg), (0.0, Aggregate("sum", "rows", "sum"))),))
     # sum_r max_g A = 21 + 10 (test_hand_computed_costs), twice
     assert score(hand, HAND_PLACEMENT, HAND_LAYOUT, objective) == (62.0,)
+
+
+def _instance(lengths, *, dp, edp, gamma=0.3, seed=0, q=None, experts=4, ranks=2, layers=2):
+    """Tiny window with these lengths (C = 100), skewed routing of 2 tokens per token (a
+    full replay), the linear + softmax stages of tests/test_exact.py; ``q`` replaces Q_i."""
+    from rp_opt.synth import cap_counts
+    from rp_opt.window import Cluster, CostModel, Instance, Stage, Window
+
+    rng = np.random.default_rng(seed)
+    lengths = np.asarray(lengths)
+    demand = np.zeros((lengths.size, layers, experts), dtype=np.int64)
+    for l in range(layers):
+        probs = rng.dirichlet(np.full(experts, 0.5), lengths.size)
+        counts = np.array([rng.multinomial(2 * t, p) for t, p in zip(lengths, probs)])
+        demand[:, l] = cap_counts(counts, lengths, probs, rng)
+    window = Window(lengths, demand, 2, attn_work=q)
+    cost = CostModel((Stage("linear", 2, 1.0, 0.0), Stage("softmax", 1, 0.5, 0.02)), gamma)
+    return Instance(window, Cluster(dp, edp, ranks, 100), cost)
+
+
+def _sync_optimum(instance, rows, assignments=None):
+    """Least sum_r max_g J over every layout of ``rows`` rows (identity placement): every
+    assignment of samples to cells (or the given ``assignments`` [M, N]), scored at once
+    with the formulas of MODEL.md (tiny windows only)."""
+    w, cl, cost = instance.window, instance.cluster, instance.cost
+    cells, k = rows * cl.dp, cl.dp // cl.edp
+    if assignments is None:
+        assignments = np.stack(np.meshgrid(*[np.arange(cells)] * w.num_samples, indexing="ij"),
+                               axis=-1).reshape(-1, w.num_samples)
+    onehot = np.zeros((assignments.shape[0], w.num_samples, cells))
+    np.put_along_axis(onehot, assignments[:, :, None], 1.0, axis=2)
+    tokens = np.einsum("mnc,n->mc", onehot, w.lengths.astype(float))
+    ok = (onehot.sum(axis=1).min(axis=1) >= 1) & (tokens.max(axis=1) <= cl.capacity)
+    if not ok.any():
+        return np.inf
+    onehot, tokens = onehot[ok], tokens[ok]
+    work = np.einsum("mnc,n->mc", onehot, w.attn_work)
+    stage = cost.alpha[:, None, None] * tokens + cost.beta[:, None, None] * work        # [S, M, cells]
+    attention = np.tensordot(cost.layers, stage.reshape(len(cost.stages), -1, rows, cl.edp, k).max(axis=4), 1)
+    demand = rank_demand(w, Placement.identity(w.num_layers, w.num_experts, cl.ep))     # [N, L, P]
+    loads = np.einsum("mnc,nlp->mclp", onehot, demand).reshape(onehot.shape[0], rows, cl.edp, k, *demand.shape[1:])
+    expert = cost.gamma * loads.sum(axis=3).max(axis=4).sum(axis=3)
+    return float((attention + expert).max(axis=2).sum(axis=1).min())
+
+
+def test_full_row_charge_hand_example():
+    """C = 100, D = 2 slots in G = 2 shards (one cell per block), 3 rows, gamma = 0; three
+    full-length samples (attention 2*100 + 0.5*100 + 0.02*100^2 = 450) and three of 10
+    tokens (27 each). Some row holds one full-length sample beside a cell without one,
+    which holds at most all 30 short tokens (81): that row's maximum exceeds its mean by
+    (450 - 81) / 2. Bound (1431 + 369) / 2 = 900; the averages alone give 1431 / 2; the
+    best layout ({F, F}, {F, s}, {s, s}) scores 450 + 450 + 27 = 927."""
+    from rp_opt.cost import full_row_charge
+
+    inst = _instance([100, 100, 100, 10, 10, 10], dp=2, edp=2, gamma=0.0)
+    att = np.array([450.0] * 3 + [27.0] * 3)
+    routed = inst.window.demand.sum(axis=(1, 2))
+    assert full_row_charge(att, inst.window.lengths, routed, 100, 1, 2, 0.0) == pytest.approx(369.0)
+    bounds = cost_bounds(inst, 3)
+    assert bounds.row_charge == pytest.approx(369.0)
+    assert bounds.objective("sync")[0] == pytest.approx(900.0)
+    assert bounds.objective("shard")[0] == pytest.approx(1431 / 2)   # no row maxima in shard's primary
+    assert _sync_optimum(inst, 3) == pytest.approx(927.0)
+
+
+def test_full_row_charge_needs_one_routing_rate():
+    """E(g) - E(g_f) <= rho s holds only when every sample routes the same number of
+    tokens per token: a partial replay (one sample routing fewer) turns the charge off."""
+    from rp_opt.cost import full_row_charge
+
+    inst = _instance([100, 100, 100, 10, 10, 10], dp=2, edp=2)
+    att = np.array([450.0] * 3 + [27.0] * 3)
+    routed = inst.window.demand.sum(axis=(1, 2))
+    assert full_row_charge(att, inst.window.lengths, routed, 100, 1, 2, 0.15) > 0
+    routed[4] -= 1
+    assert full_row_charge(att, inst.window.lengths, routed, 100, 1, 2, 0.15) == 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), shape=st.sampled_from([(4, 2, 1, 6), (4, 1, 1, 6), (2, 2, 2, 6), (2, 1, 2, 6),
+                                                           (2, 2, 3, 6), (4, 2, 2, 8)]),
+       arbitrary_q=st.booleans(), gamma=st.sampled_from([0.0, 0.05, 0.3, 3.0]))
+def test_full_row_bound_below_brute_force(seed, shape, arbitrary_q, gamma):
+    """The sync bound with the full-row charge never exceeds the best layout (every
+    layout enumerated): windows with one to three full-length samples, samples just above
+    and below C/2, Q_i = T_i^2 or arbitrary, G = 1 and 2, one or two cells per block."""
+    dp, edp, rows, n = shape
+    rng = np.random.default_rng(seed)
+    heavy = rng.integers(1, min(3, n - 1) + 1)
+    lengths = np.concatenate([np.full(heavy, 100), np.where(rng.random(n - heavy) < 0.4, rng.integers(45, 100, n - heavy),
+                                                            rng.integers(1, 45, n - heavy))])
+    if lengths.sum() > rows * dp * 100:
+        return
+    q = None
+    if arbitrary_q:
+        q = np.where(rng.random(n) < 0.5, lengths.astype(float) ** 2, rng.random(n) * 1e4)
+    inst = _instance(lengths, dp=dp, edp=edp, gamma=gamma, seed=seed, q=q)
+    if n == 8 and rows * dp == 8:
+        best = _sync_permutations(inst, rows)
+    else:
+        best = _sync_optimum(inst, rows)
+    if not np.isfinite(best):
+        return
+    for bounds in (cost_bounds(inst, rows), cost_bounds(inst, rows, Placement.identity(2, 4, 2))):
+        assert bounds.objective("sync")[0] <= best * (1 + 1e-9) + 1e-9, (bounds.row_charge, best)
+
+
+def _sync_permutations(instance, rows):
+    """As :func:`_sync_optimum` when every cell holds one sample (N = R D): every
+    permutation of the samples over the cells."""
+    import itertools
+
+    n = instance.window.num_samples
+    return _sync_optimum(instance, rows, np.array(list(itertools.permutations(range(n)))))
