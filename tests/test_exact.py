@@ -302,6 +302,21 @@ def test_joint_brute_force_and_never_worse():
     assert_lex_close(again.score, best)
 
 
+def test_joint_bound_holds_for_every_placement_without_a_model():
+    """One sample, one layer, expert loads [10, 9, 8, 7, 6, 2] on 2 ranks of 3 (MODEL.md:
+    LPT gives 23, the best placement {10, 9, 2} | {8, 7, 6} 21). With no time to build its
+    model the joint solver answers with its LPT start; its bound must still hold for every
+    placement (it was the start placement's own 23), and then equal the optimum 21."""
+    window = Window(np.array([10]), np.array([[[10, 9, 8, 7, 6, 2]]]), 6)
+    inst = Instance(window, Cluster(1, 1, 2, 10), CostModel((Stage("s", 1, 0.0, 0.0),), 1.0))
+    quick = get_solver("joint")(inst, objective="sync", time_limit=1e-4, num_rows=1, workers=1)
+    assert quick.score[0] == 23.0 and quick.stats["bound_scope"] == "every placement"
+    assert quick.bound <= 21.0 + 1e-9
+    full = get_solver("joint")(inst, objective="sync", time_limit=10, num_rows=1, workers=1)
+    assert full.status == "optimal" and full.score[0] == 21.0 and full.bound <= 21.0 + 1e-9
+    checked(inst, full, num_rows=1)
+
+
 def test_canonical_placement_keeps_loads():
     rng = np.random.default_rng(0)
     ranks = np.stack([rng.permutation(np.repeat(np.arange(4), 2)) for _ in range(3)])

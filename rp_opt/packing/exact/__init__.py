@@ -420,7 +420,9 @@ def _result(instance, placement, obj, out, start, start_score, stats, t0, solver
         # the solver returned nothing better than the start: keep the start
         layout, place, plan_score = start, placement, start_score
         stats["kept_start"] = True
-    analytic = cost_bounds(instance, num_rows, None if out.extra.get("placement") is not None else place)
+    # the joint solver's bound holds for every placement, also when its model did not run
+    # (then ``place`` is only its start's)
+    analytic = cost_bounds(instance, num_rows, None if stats.get("joint") else place)
     bound = analytic.objective(obj)[0]
     stats["analytic_bound"] = bound
     if levels and levels[0].bound is not None:

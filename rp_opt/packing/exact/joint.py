@@ -105,7 +105,8 @@ def _solve_joint(instance: Instance, obj, time_limit, seed, warm_start, num_rows
     a = window.demand.astype(np.int64)  # [N, L, E]
     N, L, E = a.shape
     P = cluster.ep
-    stats = {"backend": "cpsat", "num_rows": int(num_rows), "symmetry": mode, "joint": True}
+    stats = {"backend": "cpsat", "num_rows": int(num_rows), "symmetry": mode, "joint": True,
+             "bound_scope": "every placement"}
     why = _too_big(instance, int(num_rows), float(time_limit) - (time.perf_counter() - t0))
     if why:
         # the model of a window this size would not even be built within the time limit
