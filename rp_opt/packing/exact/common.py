@@ -434,7 +434,8 @@ class IntegerScale:
     upper_expert: float
 
 
-def integer_scale(data: PackingData, demand_cap: float, target: float = 2.0 ** 17) -> IntegerScale:
+def integer_scale(data: PackingData, demand_cap: float, target: float = 2.0 ** 17, *, attention: bool = True,
+                  expert: bool = True) -> IntegerScale:
     """Choose the scale K: J_int = K J up to rounding, with small integer coefficients
     (large ones slow CP-SAT's propagation and LP) and a rounding error that is reported.
 
@@ -444,10 +445,14 @@ def integer_scale(data: PackingData, demand_cap: float, target: float = 2.0 ** 1
     attention coefficients above 2^24 (gamma tiny next to attention), K = 2^24 / max att
     and gamma is rounded (the error is then counted in ``err_expert``).
 
+    ``attention`` / ``expert`` False: no aggregate of the objective weighs that part, so
+    it is left out of the scale (its integer data 0): an objective of X alone must not be
+    scaled for an attention work 10^8 times gamma, which rounds gamma_int to 0.
+
     ``demand_cap`` bounds sum_l max_p W of any (row, shard) in tokens.
     """
-    amax = float(data.att.max()) if data.att.size else 0.0
-    gamma = float(data.gamma)
+    amax = float(data.att.max()) if data.att.size and attention else 0.0
+    gamma = float(data.gamma) if expert else 0.0
     if gamma > 0 and amax > 0:
         q = max(1, int(round(target * gamma / amax)))
         K = q / gamma
@@ -459,12 +464,12 @@ def integer_scale(data: PackingData, demand_cap: float, target: float = 2.0 ** 1
         K = target / amax
     else:
         K = 1.0
-    att_int = np.rint(data.att * K).astype(np.int64)
+    att_int = np.rint(data.att * K).astype(np.int64) if attention else np.zeros_like(data.att, dtype=np.int64)
     gamma_int = int(round(K * gamma))
     n_cell = data.max_cell_samples
     err_a = 0.5 * data.att.shape[0] * n_cell / K if amax > 0 else 0.0
     err_x = abs(gamma_int / K - gamma) * demand_cap
-    return IntegerScale(att_int, 1, gamma_int, K, err_a, err_x, float(data.att.sum()), gamma * demand_cap)
+    return IntegerScale(att_int, 1, gamma_int, K, err_a, err_x, float(data.att.sum()), float(data.gamma) * demand_cap)
 
 
 # ---------------------------------------------------------------------------------------

@@ -37,8 +37,12 @@ class PyomoPacking:
         N, R, G, k = data.num_samples, data.num_rows, data.num_shards, data.per_shard
         dem = data.demand
         num_layers, P = dem.shape[1], dem.shape[2]
-        # normaliser: the largest cost of one sample alone becomes 100
-        per_sample = data.att.sum(axis=0) + data.gamma * dem.max(axis=2).sum(axis=1)
+        # normaliser: the largest cost of one sample alone becomes 100, counting only the
+        # parts the objective weighs (X alone with gamma 1e-6 next to attention ~100 was
+        # otherwise ~1e-6, below HiGHS's absolute tolerances: bounds above the optimum)
+        aggregates = [agg for level in objective.levels for _, agg in level]
+        per_sample = (data.att.sum(axis=0) * any(agg.attention > 0 for agg in aggregates)
+                      + data.gamma * dem.max(axis=2).sum(axis=1) * any(agg.expert > 0 for agg in aggregates))
         self.unit = 100.0 / max(float(per_sample.max()), 1e-300)
         att = data.att * self.unit
         gamma = data.gamma * self.unit
@@ -225,8 +229,8 @@ def relaxation_bound(data: PackingData, objective: Objective, mode: str | None, 
     Returns
     -------
     (bound, stats, layout)
-        The best bound in cost units (None when none was proven), lowered by 1e-6 relative
-        to cover HiGHS's feasibility tolerances; stats per round; the level-1 optimal
+        The best bound in cost units (None when none was proven), lowered by 1e-6 of
+        max(|bound|, the costliest sample) to cover HiGHS's tolerances; stats per round; the level-1 optimal
         layout when a relaxation came out integral, else None.
     """
     t0 = time.perf_counter()
@@ -254,8 +258,8 @@ def relaxation_bound(data: PackingData, objective: Objective, mode: str | None, 
         history.append(step)
         if bound is None or not np.isfinite(bound):
             break
-        bound = float(bound) / builder.unit
-        bound -= 1e-6 * abs(bound)
+        # HiGHS's tolerances are absolute in the model's units (100 = the costliest sample)
+        bound = (float(bound) - 1e-6 * max(abs(float(bound)), 100.0)) / builder.unit
         step["bound"] = bound
         best = bound if best is None else max(best, bound)
         if tc != TerminationCondition.optimal:
