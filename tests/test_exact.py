@@ -379,6 +379,19 @@ def test_highs_relaxation_bound_for_a_tiny_expert_objective(mode):
     assert_lex_close(res.score, best)
 
 
+def test_cpsat_scale_with_gamma_far_above_attention():
+    """alpha = 1e-30 next to gamma = 1: the CP-SAT scale made gamma_int about 1e36, past
+    64-bit domains (a TypeError from OR-Tools; found by review helper-32). With q capped
+    the attention rounds away, its margin is reported, and the optimum is brute force's."""
+    base = make_window(6, D=2, G=1, seed=3)
+    inst = Instance(base.window, base.cluster, CostModel((Stage("s", 1, 1e-30, 0.0),), 1.0))
+    place = Placement.identity(2, 4, 2)
+    res = solve_packing(inst, place, 2, objective="sync", time_limit=10)
+    assert res.status == "optimal" and res.stats["scale"]["gamma_int"] <= 2 ** 20
+    checked(inst, res, num_rows=2)
+    assert_lex_close(res.score, brute_force(inst, place, 2, "sync"))
+
+
 def test_canonical_placement_keeps_loads():
     rng = np.random.default_rng(0)
     ranks = np.stack([rng.permutation(np.repeat(np.arange(4), 2)) for _ in range(3)])

@@ -454,7 +454,9 @@ def integer_scale(data: PackingData, demand_cap: float, target: float = 2.0 ** 1
     amax = float(data.att.max()) if data.att.size and attention else 0.0
     gamma = float(data.gamma) if expert else 0.0
     if gamma > 0 and amax > 0:
-        q = max(1, int(round(target * gamma / amax)))
+        # q at most 2^20: gamma far above the attention (alpha 1e-30) made gamma_int ~1e36,
+        # beyond CP-SAT's 64-bit domains; the attention then rounds, its error reported
+        q = min(max(1, int(round(target * gamma / amax))), 2 ** 20)
         K = q / gamma
         if K * amax > 2.0 ** 24:
             K = 2.0 ** 24 / amax
