@@ -399,8 +399,31 @@ def stop_workers(conns, procs) -> None:
 
 def quiet_worker() -> None:
     """In a forked worker: leave Ctrl-C (SIGINT to the process group) to the parent, which
-    stops the workers through their pipes (:func:`stop_workers`) and keeps its best plan."""
+    stops the workers through their pipes (:func:`stop_workers`) and keeps its best plan;
+    and end with the parent (:func:`_die_with_parent`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM this worker when its parent dies. A parent killed from outside
+    (SIGKILL) cannot stop its workers, and a forked worker holds copies of the parent's
+    pipe ends, so it would never read EOF and keep a core busy, orphaned (found by review
+    helper-32). Elsewhere the EOF of the pipe is the only signal."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+    except (OSError, AttributeError):
+        return
+    parent = mp.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(0)  # the parent died before prctl took effect
 
 
 def worker_tasks(conn):
