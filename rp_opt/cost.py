@@ -532,7 +532,7 @@ def full_row_charge(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarr
                               np.maximum(capacity - np.arange(grid + 1) * step, 0.0), full)
     delta = np.full(grid + 1, np.inf)
     spread = h.copy()                                           # m cells, room exactly y
-    for m in range(1, k):
+    for m in range(1, k if num_shards > 1 else 1):              # (one shard: every row pooled)
         at_least = np.minimum.accumulate(spread[::-1])[::-1]
         delta = np.minimum(delta, at_least[np.clip(np.arange(grid + 1) - m, 0, grid)])
         nxt = np.full(grid + 1, np.inf)
@@ -547,7 +547,7 @@ def full_row_charge(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarr
     two_case = np.full(slots + 1, np.inf)
     for f in range(1, slots + 1):
         x = cheapest[slots - f]
-        for n in range(-(-f // k), num_shards + 1):
+        for n in range(-(-f // k), min(num_shards, f) + 1):   # blocks holding the f samples
             if n == num_shards or n * (k - 1) < f:
                 pooled[f] = True
             else:
