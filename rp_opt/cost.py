@@ -475,7 +475,8 @@ def _cell_ceiling(lengths: np.ndarray, work: np.ndarray, capacity: int, room: np
     if big.any():
         rest = room[None, :] - lengths[big][:, None]
         fill = _fractional_knapsack(weights, values, np.maximum(rest, 0.0).ravel()).reshape(rest.shape)
-        best = np.maximum(best, np.where(rest >= 0, work[big][:, None] + fill, -np.inf).max(axis=0))
+        # (a tolerance: a room rounded down by a hair must not shut a fitting sample out)
+        best = np.maximum(best, np.where(rest >= -1e-9 * capacity, work[big][:, None] + fill, -np.inf).max(axis=0))
     return best
 
 
@@ -618,7 +619,7 @@ class CostBounds:
         """Lower bound of one aggregate."""
         total = agg.attention * self.attention_total + agg.expert * self.expert_total
         if agg.inner == "sum" and agg.outer == "sum":
-            return total
+            return max(total, self._rows(agg))  # with G = 1 the sum of J is sum_r max_g J
         single = float(np.max(agg.attention * self.sample_attention + agg.expert * self.sample_expert))
         return max(total / self._means(agg), single, self._rows(agg))
 
