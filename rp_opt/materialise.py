@@ -153,6 +153,8 @@ def edge_colouring_rounds(src: np.ndarray, dst: np.ndarray, num_ranks: int) -> l
     dst = np.asarray(dst, dtype=np.int64)
     if src.size == 0:
         return []
+    # p -> p is indistinguishable from a padding edge below and would be in no round
+    require(not bool(np.any(src == dst)), "transfers", "a transfer from a rank to itself moves nothing")
     out_deg = np.bincount(src, minlength=num_ranks)
     in_deg = np.bincount(dst, minlength=num_ranks)
     require(bool(np.array_equal(out_deg, in_deg)), "transfers", "every rank must send as many experts as it receives")

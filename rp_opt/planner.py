@@ -40,6 +40,18 @@ MODES = {
 }
 # baseline planners choose their own placement rule (identity or LPT) and take no seed
 _FIXED_PLACEMENT = {"baseline", "kk", "lpt-ffd"}
+# solver arguments the Planner sets itself on every call (not accepted in solver_options)
+_PLANNER_SET = {"objective", "time_limit", "seed", "warm_start"}
+
+
+def _in_force(placement, cluster: Cluster, field: str) -> Placement | None:
+    """``placement`` checked as a placement in force on ``cluster`` (None passes)."""
+    if placement is None:
+        return None
+    require(isinstance(placement, Placement), field, f"must be a Placement or None, got {type(placement).__name__}")
+    require(placement.num_ranks == cluster.ep, field,
+            f"has P={placement.num_ranks} ranks, the cluster has P={cluster.ep}")
+    return placement
 
 
 @dataclass(frozen=True)
@@ -234,7 +246,12 @@ class Planner:
         self.seed = check_option("seed", seed)  # in [0, 2^31 - 1], checked here rather than at step 1
         self.warm_start = switch("warm_start", warm_start)
         self.fallback = switch("fallback", fallback)
+        require(solver_options is None or isinstance(solver_options, dict), "solver_options",
+                f"must be a dict of solver options, got {type(solver_options).__name__}")
         self.solver_options = dict(solver_options or {})
+        clash = sorted(set(self.solver_options) & _PLANNER_SET)
+        if clash:
+            raise InputError("solver_options", f"{clash[0]!r} is set by the Planner; use Planner's own argument")
         self.keep_placement = switch("keep_placement", keep_placement)
         self._cost, self._spec = load_cost(cost)
         if expert_bytes is None:
@@ -249,7 +266,7 @@ class Planner:
         self.migration_cost = number("migration_cost", migration_cost, low=0, none=True)
         self.migration_horizon = integer("migration_horizon", migration_horizon, low=1)
         self._cost_by_layers: dict[int, CostModel] = {}
-        self._current = current_placement
+        self._current = _in_force(current_placement, cluster, "current_placement")
         self._previous: Plan | None = None
         self.step = 0
         self.solver_name  # resolve now: a bad mode fails at configuration, not at step 1
@@ -282,7 +299,7 @@ class Planner:
 
     def reset(self, placement: Placement | None = None) -> None:
         """Forget the previous step; the placement in force becomes ``placement``."""
-        self._current = placement
+        self._current = _in_force(placement, self.cluster, "placement")
         self._previous = None
 
     def cost_model(self, num_layers: int) -> CostModel:
@@ -299,7 +316,7 @@ class Planner:
     def instance(self, lengths=None, routing=None, *, num_experts: int | None = None, mask=None,
                  top_k: int | None = None, attn_work=None) -> Instance:
         """The :class:`~rp_opt.window.Instance` of one step (see :meth:`plan`)."""
-        from .replay import replay
+        from .replay import Replay, replay
 
         require(routing is not None, "routing", "is required (per-sample ids, a padded batch, or counts [N, L, E])")
         if num_experts is None:
@@ -307,12 +324,17 @@ class Planner:
                 num_experts = self._spec.num_experts
             elif isinstance(routing, np.ndarray) and routing.ndim == 3:
                 num_experts = routing.shape[2]
+            elif isinstance(routing, Replay):
+                num_experts = routing.demand.shape[2]
             else:
                 raise InputError("num_experts", "is needed to read expert ids when the planner has no model spec")
         if top_k is None and self._spec is not None and not isinstance(routing, (list, tuple)) \
                 and np.ndim(routing) == 3:
             top_k = self._spec.top_k
         rep = replay(routing, num_experts=num_experts, mask=mask, lengths=lengths, top_k=top_k)
+        # a padded batch (or a Replay) carries its own k; replay() does not compare it with top_k
+        require(top_k is None or rep.top_k is None or int(top_k) == rep.top_k, "top_k",
+                f"is {top_k}, the routing's ids have k={rep.top_k}")
         if lengths is not None:
             lengths = np.asarray(lengths)
             require(lengths.shape == rep.lengths.shape, "lengths",
