@@ -42,14 +42,23 @@ def physical_maps(placement: Placement, previous_phy2log: np.ndarray | None = No
     placement
         Rank of every logical expert of every layer.
     previous_phy2log
-        The map in force; experts that stay on their rank keep their slot.
+        The map in force; experts that stay on their rank keep their slot. None: no map in
+        force (each rank's slots in increasing expert order). A trainer whose experts sit
+        in the identity layout (slot e holds expert e) passes ``np.tile(np.arange(E), (L,
+        1))``, not None: with None an expert that stays on its rank may change slot, which
+        no migration transfer covers.
     """
     num_layers, num_experts = placement.ranks.shape
     per_rank = num_experts // placement.num_ranks
     if previous_phy2log is None:
-        phy2log = placement.experts_of_ranks().reshape(num_layers, num_experts)
+        # experts_of_ranks() flattened (its reshape cannot infer E/P of a placement without layers)
+        phy2log = np.argsort(placement.ranks, axis=1, kind="stable")
     else:
-        prev = np.asarray(previous_phy2log, dtype=np.int64)
+        raw = np.asarray(previous_phy2log)
+        integral = raw.dtype.kind in "iu" or (
+            raw.dtype.kind == "f" and bool(np.all(np.isfinite(raw) & (raw == np.round(raw)))))
+        require(integral, "previous_phy2log", f"must hold integer expert ids, got {raw.dtype} values")
+        prev = raw.astype(np.int64)
         require(prev.shape == (num_layers, num_experts), "previous_phy2log",
                 f"has shape {prev.shape}, expected (L, E) = ({num_layers}, {num_experts})")
         require(bool(np.all(np.sort(prev, axis=1) == np.arange(num_experts))), "previous_phy2log",

@@ -26,7 +26,9 @@ def rollout(step: int, num_samples: int = 64) -> list[np.ndarray]:
     return routing
 
 
-phy2log = None  # physical slot -> logical expert, per layer, in force on the trainer
+# physical slot -> logical expert, per layer, in force on the trainer: at step 0 the
+# identity (slot e holds expert e), the placement the Planner starts from
+phy2log = np.tile(np.arange(E), (L, 1))
 for step in range(2):
     routing = rollout(step)
     plan = planner.plan(routing=routing, num_experts=E)
@@ -34,8 +36,9 @@ for step in range(2):
 
     # 1. materialise the placement: copy the experts that change rank (the migration is
     #    relabelled to keep as many experts in place as possible), then swap the map
-    phy2log, log2phy = physical_maps(plan.placement, phy2log)
+    previous, (phy2log, log2phy) = phy2log, physical_maps(plan.placement, phy2log)
     moved = plan.migration.num_transfers
+    assert int((phy2log != previous).sum()) == moved  # only the experts it moves change slot
     # trainer: for round in plan.migration.rounds: send/recv the transfers of that round
 
     # 2. train: in row r, DP slot d runs the microbatch plan.rows[r][d] (sample indices);
