@@ -114,3 +114,28 @@ def test_certify_lengths_beyond_64_bit_integers(files, capsys):
     """uint64 lengths of 2^64-1 wrapped to -1 and crashed the certifier (IndexError)."""
     path = _window(files, "u64.npz", lengths=np.full(16, 2**64 - 1, dtype=np.uint64))
     _bad(capsys, ["certify", path, "--time-limit", "1"], "lengths", str(2**64 - 1))
+
+
+def test_export_previous_identity(files, capsys):
+    """``--previous identity``: the identity map is in force (a trainer's first step), so
+    every expert that stays on its rank keeps slot e = its own id; without it the slots of
+    each rank are filled anew."""
+    from rp_opt.io import load_instance, read_plan_file, plan_from_dict
+
+    lpt = str(files["root"] / "lpt.json")
+    assert main(["plan", files["window"], "--solver", "lpt-ffd", "-o", lpt, "--json"]) == 0
+    out, fresh = str(files["root"] / "first"), str(files["root"] / "fresh")
+    assert main(["export", files["window"], lpt, "-o", out, "--previous", "identity", "--json"]) == 0
+    assert main(["export", files["window"], lpt, "-o", fresh, "--json"]) == 0
+    capsys.readouterr()
+    plan = plan_from_dict(load_instance(files["window"]), read_plan_file(lpt))
+    ranks = plan.placement.ranks
+    per_rank = ranks.shape[1] // plan.placement.num_ranks
+    stays = ranks == np.arange(ranks.shape[1])[None, :] // per_rank        # expert e still on slot e's rank
+    assert stays.any() and not stays.all()
+    layer, expert = np.nonzero(stays)
+    kept = np.load(out + ".npz")["phy2log"]
+    assert np.all(kept[layer, expert] == expert)
+    assert np.all(np.sort(kept, axis=1) == np.arange(ranks.shape[1]))
+    # filled anew, some staying expert changes slot: what --previous identity avoids
+    assert not np.all(np.load(fresh + ".npz")["phy2log"][layer, expert] == expert)

@@ -21,7 +21,9 @@ def register(sub) -> None:
     p.add_argument("plan", help="plan .json")
     p.add_argument("-o", "--output", required=True, metavar="OUT_PREFIX", help="writes OUT_PREFIX.json and OUT_PREFIX.npz")
     p.add_argument("--previous", metavar="EXPORT.npz",
-                   help="export of the placement in force: experts that stay on their rank keep their slot")
+                   help="export of the placement in force: experts that stay on their rank keep their slot; "
+                        "'identity' when slot e holds expert e (a trainer's first step); without it each "
+                        "rank's slots are filled anew")
     add_json(p)
     p.set_defaults(run=run)
 
@@ -63,7 +65,9 @@ def run(args) -> int:
         return 1
     plan = plan_from_dict(instance, data)
     previous = None
-    if args.previous:
+    if args.previous == "identity":
+        previous = np.tile(np.arange(plan.placement.num_experts), (plan.placement.num_layers, 1))
+    elif args.previous:
         arrays = _read_previous(args.previous)
         require("phy2log" in arrays, "--previous", f"{args.previous} has no phy2log array")
         ranks = plan.placement.num_ranks
