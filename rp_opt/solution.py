@@ -96,6 +96,18 @@ class Placement:
         return self.ranks.tolist()
 
 
+def placement_for(placement, num_layers: int, num_experts: int, num_ranks: int, field: str = "placement") -> Placement:
+    """``placement`` checked as one for a window of ``num_layers`` x ``num_experts`` on
+    ``num_ranks`` EP ranks: a one-line :class:`~rp_opt.errors.InputError` naming ``field``
+    otherwise (a bare array or a placement for another cluster used to fail deep inside a
+    solver)."""
+    require(isinstance(placement, Placement), field, f"must be a Placement, got {type(placement).__name__}")
+    require(placement.ranks.shape == (num_layers, num_experts), field,
+            f"has (L, E) = {placement.ranks.shape}, the window has ({num_layers}, {num_experts})")
+    require(placement.num_ranks == num_ranks, field, f"has P={placement.num_ranks} ranks, the cluster has P={num_ranks}")
+    return placement
+
+
 def cell_samples(cell, field: str) -> list[int]:
     """The sample indices of one plan-file cell ``rows[r][d]``.
 

@@ -105,3 +105,23 @@ def test_self_transfer_is_not_dropped_silently():
     """An edge p -> p was taken for a padding edge: it appeared in no round."""
     with pytest.raises(InputError, match=r"^transfers: "):
         edge_colouring_rounds(np.array([0, 1, 1]), np.array([1, 0, 1]), 2)
+
+
+@pytest.mark.parametrize("solver", ["heuristic", "exact"])
+def test_solvers_check_a_given_placement(solver):
+    """A bare array, a placement for another P or another (L, E): one line naming the
+    field, before any solving (it failed inside the solver: an AttributeError)."""
+    from conftest import random_instance
+    from rp_opt.solvers import get_solver
+
+    inst = random_instance(0, n=12, layers=2, experts=8, dp=2, edp=1, ep=2, capacity=64)
+    run = get_solver(solver)
+    for bad, needle in ((np.zeros((2, 8), dtype=int), "must be a Placement"),
+                        (Placement.identity(2, 8, 4), "P=4"),
+                        (Placement.identity(3, 8, 2), "(L, E)")):
+        with pytest.raises(InputError) as err:
+            run(inst, time_limit=1.0, placement=bad)
+        assert err.value.field == "placement" and needle in str(err.value)
+    with pytest.raises(InputError) as err:
+        run(inst, time_limit=1.0, warm_start="plan.json")
+    assert err.value.field == "warm_start"

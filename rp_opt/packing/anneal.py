@@ -70,7 +70,7 @@ from ..errors import MAX_SEED, InputError, integer, is_none, number, require, sw
 # certify_rows up when it runs
 from ..rows import certify_seconds, row_count_reason
 from ..result import INFEASIBLE, NO_SOLUTION, Plan, Result
-from ..solution import Layout, Placement
+from ..solution import Layout, Placement, placement_for
 from ..stop import MaxIterations, MaxSeconds, NoImprovement, StoppingCriterion
 from ..solvers import register_solver
 from ..window import Instance
@@ -929,6 +929,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     if placement is None:
         placement, stats["placement"] = default_placement(window, cluster.ep, load)
     else:
+        placement = placement_for(placement, window.num_layers, window.num_experts, cluster.ep,
+                                  "warm_start" if stats.get("placement") == "warm start" else "placement")
         stats.setdefault("placement", "given")
     timings["placement"] = time.perf_counter() - t
 

@@ -43,7 +43,7 @@ from ...cost import cost_bounds, get_objective, rank_load, score
 from ...errors import MAX_SEED, integer, number, require, switch
 from ...result import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL, Plan, Result
 from ...rows import certify_seconds, row_count_reason
-from ...solution import Layout, Placement
+from ...solution import Layout, Placement, placement_for
 from ...solvers import register_solver
 from ...window import Instance
 from .common import (Budget, build_seconds, canonical_layout, greedy_layout, heaviest_first,
@@ -508,8 +508,15 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
     num_rows = integer("num_rows", num_rows, 1, none=True)
     options = check_args(**options)
     time_limit = number("time_limit", time_limit, above=0, hint="seconds")
-    if placement is None:
-        placement = warm_start.placement if warm_start is not None else default_placement(instance)
+    require(warm_start is None or isinstance(warm_start, Plan), "warm_start",
+            f"must be a Plan, got {type(warm_start).__name__}")
+    if placement is not None or warm_start is not None:
+        window = instance.window
+        placement = placement_for(placement if placement is not None else warm_start.placement, window.num_layers,
+                                  window.num_experts, instance.cluster.ep,
+                                  "placement" if placement is not None else "warm_start")
+    else:
+        placement = default_placement(instance)
     if num_rows is None:
         num_rows, status, reason = num_rows_or_status(instance, time_limit=certify_seconds(time_limit, 1.0))
         if num_rows is None:
