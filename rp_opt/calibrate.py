@@ -141,6 +141,7 @@ class _Cells:
     tokens: np.ndarray
     work: np.ndarray
     expert: np.ndarray
+    layers: np.ndarray  # n_s of the run's own window (windows of one fit may differ in depth)
 
     @classmethod
     def of(cls, run: TimingRun, prior: CostModel) -> "_Cells":
@@ -150,7 +151,7 @@ class _Cells:
         # layout_costs first: it rejects a plan that does not fit the window and the cluster
         expert = layout_costs(unit, run.plan.placement, layout).expert
         return cls(cell_sums(layout, inst.window.lengths.astype(np.float64)).reshape(shape),
-                   cell_sums(layout, inst.window.attn_work).reshape(shape), expert)
+                   cell_sums(layout, inst.window.attn_work).reshape(shape), expert, inst.cost.layers)
 
     def ties(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         """Every rho > 0 at which two slots of a block tie in some stage."""
@@ -161,7 +162,7 @@ class _Cells:
         both = (u > 0) & (v > 0)
         return (ratio[None, :] * (u[both] / v[both])[:, None]).ravel()
 
-    def regressors(self, rho: float, u: np.ndarray, v: np.ndarray, layers: np.ndarray) -> np.ndarray:
+    def regressors(self, rho: float, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         """[R*G, 3]: x_T = sum_s n_s u_s T, x_Q = sum_s n_s v_s Q at the slot of every stage
         that maximises u_s T + rho v_s Q, and x_W."""
         per_stage = u[:, None, None, None] * self.tokens + (rho * v)[:, None, None, None] * self.work
@@ -169,8 +170,8 @@ class _Cells:
         shape = per_stage.shape
         t_best = np.take_along_axis(np.broadcast_to(self.tokens, shape), best, axis=3)[..., 0]
         q_best = np.take_along_axis(np.broadcast_to(self.work, shape), best, axis=3)[..., 0]
-        return np.stack([np.tensordot(layers * u, t_best, axes=1).ravel(),
-                         np.tensordot(layers * v, q_best, axes=1).ravel(), self.expert.ravel()], axis=1)
+        return np.stack([np.tensordot(self.layers * u, t_best, axes=1).ravel(),
+                         np.tensordot(self.layers * v, q_best, axes=1).ravel(), self.expert.ravel()], axis=1)
 
 
 def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -237,7 +238,7 @@ def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iteratio
     for rho_lo, rho_hi in zip(lo, hi):
         # any rho strictly inside the piece fixes the maximising slots of the whole piece
         rho = (rho_lo + rho_hi) / 2 if np.isfinite(rho_hi) else max(2 * rho_lo, 1.0)
-        x = np.concatenate([c.regressors(rho, u, v, prior.layers) for c in cells])[measured]
+        x = np.concatenate([c.regressors(rho, u, v) for c in cells])[measured]
         # the piece's (a, b) cone: rays (1, rho_lo) and (1, rho_hi), or (0, 1) when rho_hi = inf
         far = x[:, 0] + rho_hi * x[:, 1] if np.isfinite(rho_hi) else x[:, 1]
         lam = _nnls(np.stack([x[:, 0] + rho_lo * x[:, 1], far, x[:, 2]], axis=1), unit_y)
@@ -261,7 +262,12 @@ def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iteratio
     total = float(((unit_y - unit_y.mean()) ** 2).sum())
     r2 = 1.0 - float((residual ** 2).sum()) / total if total > 0 else (1.0 if np.allclose(residual, 0) else 0.0)
     positive = y > 0
-    rel_rms = float(np.sqrt(np.mean((residual[positive] / unit_y[positive]) ** 2))) if positive.any() else None
+    rel_rms = None
+    if positive.any():
+        ratio = np.abs(residual[positive] / unit_y[positive])
+        peak = float(ratio.max())
+        # in units of the largest ratio: a tiny time beside a huge one must not overflow the square
+        rel_rms = peak * float(np.sqrt(np.mean((ratio / peak) ** 2))) if 0 < peak < np.inf else peak
     rms = float(np.sqrt(np.mean(residual ** 2))) * scale
     totals = {"attention_tokens": float(coef[0]), "attention_pairs": float(coef[1]), "gamma": float(coef[2])}
     return Fit(cost, r2, rel_rms, rms, int(y.size), int(lo.size), totals, predicted, y, pieces, lo.size == pieces)
@@ -291,8 +297,17 @@ def save_timings(path: str | os.PathLike, runs: list[tuple[Plan, np.ndarray]] | 
         handle.write("\n")
 
 
+def _finite(t) -> bool:
+    """Whether the JSON number ``t`` is a finite float (an integer beyond the float range is not)."""
+    try:
+        return bool(np.isfinite(float(t)))
+    except OverflowError:
+        return False
+
+
 def load_timings(path: str | os.PathLike, window: Instance | str | None = None) -> list[TimingRun]:
     """Read a timings file; ``window`` (instance or ``.npz`` path) is the default window."""
+    from .check import check
     from .io import load_instance, plan_from_dict, read_json, read_plan_file
 
     path = os.fspath(path)
@@ -328,13 +343,17 @@ def load_timings(path: str | os.PathLike, window: Instance | str | None = None) 
             require("plan_file" in entry, field_name, "needs a plan or a plan_file")
             plan_data = read_plan_file(resolve(str(entry["plan_file"])))
         plan = plan_from_dict(instance, plan_data)
+        # a plan this window cannot run (capacity, coverage): the timings are of another window
+        report = check(instance, plan, objective="sync")
+        require(report.valid, f"{field_name}.plan", "is not a valid plan of its window (another window's timings?): "
+                + "; ".join(report.violations[:1]))
         require("times" in entry, f"{field_name}.times", "is missing")
         require(isinstance(entry["times"], list) and all(isinstance(row, list) for row in entry["times"]),
                 f"{field_name}.times", "must be a rectangular [R][G] list of seconds (or null)")
         for r, row in enumerate(entry["times"]):
             for g, t in enumerate(row):
                 # null marks a time that was not measured; NaN or infinity is a broken measurement
-                require(t is None or (isinstance(t, (int, float)) and not isinstance(t, bool) and np.isfinite(t)),
+                require(t is None or (isinstance(t, (int, float)) and not isinstance(t, bool) and _finite(t)),
                         f"{field_name}.times[{r}][{g}]", f"must be a finite time >= 0 or null, got {t!r}")
         try:
             times = np.array([[np.nan if t is None else t for t in row] for row in entry["times"]], dtype=np.float64)

@@ -96,15 +96,21 @@ def reference_placement(instance, kind: str):
     raise InputError("placement", f"must be one of {PLACEMENTS}, got {kind!r}")
 
 
+def _record_head(task: Task) -> dict:
+    """The fields of a record that name its task (instance, cluster, solver, options)."""
+    spec = task.spec
+    return {"instance": spec.name, "config": spec.config, "seed": spec.seed, "model": spec.model,
+            "N": spec.samples, "D": spec.dp, "G": spec.edp, "P": spec.ep, "solver": task.label or task.solver,
+            "objective": task.objective, "time_limit": task.time_limit}
+
+
 def run_task(task: Task) -> dict:
     """Run one task and return its record (never raises: failures become ``status='error'``)."""
     from ..check import check
     from ..solvers import get_solver
 
     spec = task.spec
-    record = {"instance": spec.name, "config": spec.config, "seed": spec.seed, "model": spec.model,
-              "N": spec.samples, "D": spec.dp, "G": spec.edp, "P": spec.ep, "solver": task.label or task.solver,
-              "objective": task.objective, "time_limit": task.time_limit}
+    record = _record_head(task)
     try:
         t0 = time.perf_counter()
         instance = spec.build()
@@ -234,9 +240,14 @@ def run_tasks(tasks: list[Task], *, workers: int = 1, ray_address: str | None = 
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(run_task, task): k for k, task in enumerate(tasks)}
         for future in as_completed(futures):
-            out[futures[future]] = future.result()
+            k = futures[future]
+            try:
+                out[k] = future.result()
+            except Exception as exc:  # a worker that died (killed for memory) or a task that cannot be sent
+                out[k] = {**_record_head(tasks[k]), "status": "error", "valid": False,
+                          "error": f"{type(exc).__name__}: {exc}"}
             if on_record:
-                on_record(out[futures[future]])
+                on_record(out[k])
     return out
 
 
