@@ -124,3 +124,23 @@ def test_a_worker_that_dies_becomes_error_records_not_a_crash():
 
     add_gaps(records)
     per_instance_rows(records)  # the report takes the error records
+
+
+def test_a_fit_worse_than_the_mean_warns(tmp_path, capsys):
+    """Times that fall as the work grows (each run's times reversed against its modelled
+    ones) fit worse than their mean (R^2 < 0): the cost model is still written, but the
+    command says so on stderr and in --json's "warning"."""
+    from rp_opt.cli import main
+
+    a = _window()
+    save_instance(tmp_path / "a.npz", a)
+    runs = []
+    for plan in _plans(a):
+        t = predicted_times(a, plan, a.cost)
+        runs.append((plan, t.max() + t.min() - t))
+    save_timings(tmp_path / "t.json", runs)
+    assert main(["calibrate", str(tmp_path / "t.json"), "--window", str(tmp_path / "a.npz"), "--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["r2"] < 0 and "worse than their mean" in out["warning"]
+    assert captured.err.count("warning: R^2") == 1

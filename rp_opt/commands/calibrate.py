@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from ._common import add_json, check_output, emit_json, open_instance, table, write_reported
 
 
@@ -25,6 +27,11 @@ def run(args) -> int:
     fit = fit_cost(runs, window.cost if window is not None else None)
     out = fit.to_dict()
     out["runs"] = len(runs)
+    if fit.r2 < 0:
+        # the model explains the times worse than their mean: the coefficients are not to be trusted
+        out["warning"] = (f"R^2 = {fit.r2:.3g} < 0: the cost model fits these times worse than their mean "
+                          "(times of another window or plan, or not per (row, shard)?)")
+        print(f"warning: {out['warning']}", file=sys.stderr)
     write_error = write_reported(out, save_cost, args.output, fit.cost)
     if args.json:
         emit_json(out)
