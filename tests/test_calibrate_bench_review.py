@@ -144,3 +144,16 @@ def test_a_fit_worse_than_the_mean_warns(tmp_path, capsys):
     out = json.loads(captured.out)
     assert out["r2"] < 0 and "worse than their mean" in out["warning"]
     assert captured.err.count("warning: R^2") == 1
+
+
+def test_bench_counts_a_checker_disagreement_as_a_wrong_plan():
+    """Hand-made records (no solver): a valid plan whose checker score differs from its
+    solver's is a wrong plan, like an invalid one; the bench exit code was 0 for it."""
+    from rp_opt.commands.bench import wrong_plans
+
+    records = [{"status": "optimal", "valid": True, "check_agrees": True},
+               {"status": "feasible", "valid": True, "check_agrees": False},
+               {"status": "feasible", "valid": False},
+               {"status": "infeasible", "valid": False},
+               {"status": "error", "valid": False}]
+    assert wrong_plans(records) == records[1:3]

@@ -85,10 +85,20 @@ def run(args) -> int:
         shown = [f"{reason} ({n}x)" for reason, n in list(reasons.items())[:3]]
         more = f"; and {len(reasons) - 3} other reasons (see --json)" if len(reasons) > 3 else ""
         print(f"error: {every} failed: " + "; ".join(shown) + more, file=sys.stderr)
-    invalid = [r for r in result["records"] if r.get("status") in ("optimal", "feasible") and not r.get("valid")]
+    invalid = wrong_plans(result["records"])
+    if invalid:
+        print(f"error: {len(invalid)} plan(s) invalid or scored differently by the checker (see --json: "
+              "valid, check_agrees)", file=sys.stderr)
     if write_error:
         return 2
-    return 1 if invalid else 0 if not errors else 1
+    return 1 if invalid or errors else 0
+
+
+def wrong_plans(records: list[dict]) -> list[dict]:
+    """Records of plans the checker rejects, or scores differently from their solver: a
+    defect, so the command exits 1 (a disagreement used to leave only the gaps)."""
+    return [r for r in records if r.get("status") in ("optimal", "feasible")
+            and (not r.get("valid") or r.get("check_agrees") is False)]
 
 
 def _check_folder(path: str, flag: str, name: str) -> None:
