@@ -432,3 +432,15 @@ def test_question_plan_names_the_reason():
         plan(inst, "baseline")
     assert str(info.value).startswith("window: baseline returned no plan (infeasible: window has 3 samples for 4 cells")
     assert "\n" not in str(info.value)
+
+
+def test_a_bound_above_a_valid_plan_is_flagged():
+    """Hand-made records (no solver): a bound of 101 beside a valid plan of 100 is no bound
+    (some certificate is wrong), so the instance says bound_above_best; a bound of 99 does
+    not."""
+    from rp_opt.bench.report import instance_summary
+
+    crossed = instance_summary([_rec("a", "x", 100.0, None), _rec("a", "y", 105.0, 101.0)])["a"]
+    assert crossed["bound_above_best"] and crossed["bound"] == 101.0
+    fine = instance_summary([_rec("b", "x", 100.0, None), _rec("b", "y", 105.0, 99.0)])["b"]
+    assert not fine["bound_above_best"]

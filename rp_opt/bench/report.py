@@ -130,6 +130,8 @@ def instance_summary(records: list[dict]) -> dict[str, dict]:
         best, bound = info["best"], info["bound"]
         closed = best is not None and bound is not None and bound >= best * (1 - REL_TOL)
         info["optimal"] = bool(info["proven_by"] or closed)
+        # a bound above a valid plan's score is no bound: some solver's certificate is wrong
+        info["bound_above_best"] = bool(best is not None and bound is not None and bound > best * (1 + REL_TOL))
         out[name] = info
     return out
 

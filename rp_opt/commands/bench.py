@@ -89,9 +89,13 @@ def run(args) -> int:
     if invalid:
         print(f"error: {len(invalid)} plan(s) invalid or scored differently by the checker (see --json: "
               "valid, check_agrees)", file=sys.stderr)
+    crossed = sorted(name for name, info in result["instances"].items() if info.get("bound_above_best"))
+    if crossed:
+        print(f"error: a reported bound exceeds a valid plan's score on {', '.join(crossed[:5])} (a wrong "
+              "certificate; see --json)", file=sys.stderr)
     if write_error:
         return 2
-    return 1 if invalid or errors else 0
+    return 1 if invalid or errors or crossed else 0
 
 
 def wrong_plans(records: list[dict]) -> list[dict]:
