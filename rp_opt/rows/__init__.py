@@ -48,6 +48,7 @@ ARCFLOW_MAX_WORK = 60_000_000
 ARCFLOW_MAX_ARCS = 3_000_000
 CPSAT_MAX_VARS = 400_000
 MBS_MAX_ITEMS = 2_000
+MBS_MAX_WORK = 20_000_000  # N (C + 1): cells of one MBS subset-sum DP (its arrays have C + 1 entries)
 DIVE_SHARE = 0.5          # share of the time left spent on LP diving before the exact decision
 DIVE_SHARE_LARGE = 0.85   # ... on graphs too large for the MIP (hard28), where CP-SAT rarely helps
 REPAIR_SECONDS = 0.4      # per repair of a failed dive (4x on large graphs, whose dives are slow)
@@ -227,10 +228,21 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
         assignment model), ``arcflow`` (the former only), ``cpsat`` (the latter only),
         ``highs`` (the arc-flow MIP with HiGHS), or ``none`` (bounds and heuristics only).
     """
+    from ..errors import InputError, integer, read_array, require
+    from ..window import checked_lengths
+
     start = time.perf_counter()
     deadline = start + float(time_limit)
-    lengths = np.asarray(lengths, dtype=np.int64)
-    n, c, d, m = int(lengths.size), int(capacity), int(num_slots), max_items
+    raw = read_array(lengths, "lengths")
+    require(raw.ndim == 1, "lengths", f"must be 1-D [N], got shape {raw.shape}")
+    if raw.dtype.kind == "u" and raw.size and int(raw.max()) > np.iinfo(np.int64).max:
+        raise InputError("lengths", f"holds {int(raw.max())}, beyond 64-bit integers")
+    lengths = checked_lengths(raw)                       # integers >= 1 (no truncation, no wrap-around)
+    c, d = integer("capacity", capacity, 1, int(np.iinfo(np.int64).max)), integer("num_slots", num_slots, 1)
+    m = integer("max_items", max_items, 1, none=True)
+    require(exact in ("auto", "arcflow", "cpsat", "highs", "none"), "exact",
+            f"must be auto, arcflow, cpsat, highs or none, got {exact!r}")
+    n = int(lengths.size)
 
     def done(status, r_star, lower_rows, upper_rows, method, witness, bins_lo, bins_hi, reason=None, fix=None, stats=None):
         return RowCertificate(status, r_star, lower_rows, upper_rows, method, witness, bins_lo, bins_hi,
@@ -263,8 +275,8 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
     s.stats["FFD"] = s.upper
     s.offer(heuristics.best_fit_decreasing(lengths, c, m), "BFD")
     s.stats["BFD"] = s.upper
-    if not _closed(s, d, n) and n <= MBS_MAX_ITEMS:
-        s.offer(heuristics.minimum_bin_slack(lengths, c, m), "MBS")
+    if not _closed(s, d, n) and n <= MBS_MAX_ITEMS and n * (c + 1) <= MBS_MAX_WORK:
+        s.offer(heuristics.minimum_bin_slack(lengths, c, m, deadline), "MBS")
         s.stats["MBS"] = s.upper
     s.stats["heuristic_seconds"] = time.perf_counter() - t0
 
@@ -464,9 +476,17 @@ def read_bpplib(path) -> tuple[np.ndarray, int]:
             tokens = handle.read().decode("ascii").split()
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError("file", f"{path} cannot be read as a BPPLIB text file ({type(exc).__name__})") from None
+
+    def exact_int(token):  # an exact integer ("12", or "12.0" within float precision), else None
+        try:
+            return int(token)
+        except ValueError:
+            value = float(token)
+            return int(value) if value == int(value) else None
+
     try:
-        numbers = [int(float(t)) if float(t) == int(float(t)) else None for t in tokens]
-    except ValueError:
+        numbers = [exact_int(t) for t in tokens]
+    except (ValueError, OverflowError):
         raise InputError("file", f"{path} holds a non-numeric token") from None
     require(len(numbers) >= 2 and None not in numbers, "file", f"{path} is not a BPPLIB file (n, capacity, weights)")
     n, cap = numbers[0], numbers[1]

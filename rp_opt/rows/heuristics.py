@@ -5,6 +5,7 @@ and the expansion of a packing into exactly K non-empty bins (MODEL.md, "Minimum
 from __future__ import annotations
 
 import bisect
+import time
 
 import numpy as np
 
@@ -114,14 +115,15 @@ def packing_violation(sizes: np.ndarray, bin_of: np.ndarray, capacity: int, max_
     return None
 
 
-def minimum_bin_slack(sizes: np.ndarray, capacity: int, max_items: int | None = None) -> np.ndarray | None:
+def minimum_bin_slack(sizes: np.ndarray, capacity: int, max_items: int | None = None,
+                      deadline: float | None = None) -> np.ndarray | None:
     """MBS' (Gupta and Ho, 1999, largest item fixed): open a bin with the largest item left,
     then fill it with the subset of the remaining items that leaves the least slack.
 
     The subset is found by a 0/1 subset-sum DP over the remaining items (numpy boolean
     shifts, the first item to reach each sum recorded for backtracking). Fills exact bins
     greedily, which FFD cannot do on triplet instances. Returns None when ``max_items`` is
-    set (the DP ignores counts).
+    set (the DP ignores counts) or when ``time.perf_counter()`` passes ``deadline``.
     """
     if max_items is not None:
         return None
@@ -131,6 +133,8 @@ def minimum_bin_slack(sizes: np.ndarray, capacity: int, max_items: int | None = 
     bin_of = np.full(sizes.size, -1, dtype=np.int64)
     b = 0
     while left:
+        if deadline is not None and time.perf_counter() > deadline:
+            return None
         first = left.pop(0)
         bin_of[first] = b
         room = c - int(sizes[first])
