@@ -53,6 +53,10 @@ def checked_lengths(lengths: np.ndarray, field: str = "lengths") -> np.ndarray:
             raise InputError(field, f"sample {odd[0]} has length {lengths[odd[0]]}, not an integer")
     elif lengths.dtype.kind not in "iu":
         raise InputError(field, f"must be integers, got dtype {lengths.dtype}")
+    elif lengths.dtype.kind == "u" and lengths.size:
+        huge = np.flatnonzero(lengths > np.iinfo(np.int64).max)  # would wrap to negatives
+        if huge.size:
+            raise InputError(field, f"sample {huge[0]} has length {int(lengths[huge[0]])}, beyond 64-bit integers")
     lengths = lengths.astype(np.int64)
     short = np.flatnonzero(lengths < 1)
     if short.size:

@@ -135,3 +135,13 @@ def test_unreadable_window_arrays_are_one_line(field, kwargs, message):
     with pytest.raises(InputError, match=message):
         Window(args["lengths"], args["demand"], args["top_k"], args["attn_work"])
     assert Window([10, 20], [[[1, 1]], [[2, 0]]], 1, [100, 400.0]).attn_work.tolist() == [100.0, 400.0]
+
+
+def test_uint64_lengths_beyond_int64_are_named_not_wrapped():
+    """uint64 lengths above 2^63 wrapped to negative int64 and were reported as a length
+    below 1 with a wrong value (noticed by review helper-35): now the sample and its value."""
+    from rp_opt.window import checked_lengths
+
+    with pytest.raises(InputError, match=r"^lengths: sample 1 has length 9223372036854775813, beyond 64-bit"):
+        checked_lengths(np.array([3, 2**63 + 5], dtype=np.uint64))
+    assert checked_lengths(np.array([3, 2**63 - 1], dtype=np.uint64)).dtype == np.int64

@@ -228,15 +228,13 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
         assignment model), ``arcflow`` (the former only), ``cpsat`` (the latter only),
         ``highs`` (the arc-flow MIP with HiGHS), or ``none`` (bounds and heuristics only).
     """
-    from ..errors import InputError, integer, read_array, require
+    from ..errors import integer, read_array, require
     from ..window import checked_lengths
 
     start = time.perf_counter()
     deadline = start + float(time_limit)
     raw = read_array(lengths, "lengths")
     require(raw.ndim == 1, "lengths", f"must be 1-D [N], got shape {raw.shape}")
-    if raw.dtype.kind == "u" and raw.size and int(raw.max()) > np.iinfo(np.int64).max:
-        raise InputError("lengths", f"holds {int(raw.max())}, beyond 64-bit integers")
     lengths = checked_lengths(raw)                       # integers >= 1 (no truncation, no wrap-around)
     c, d = integer("capacity", capacity, 1, int(np.iinfo(np.int64).max)), integer("num_slots", num_slots, 1)
     m = integer("max_items", max_items, 1, none=True)
