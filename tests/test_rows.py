@@ -287,6 +287,11 @@ def test_non_irup_instance_needs_the_exact_search():
     cert = certify_bins(weights, capacity, 1, None, time_limit=4)
     assert cert.stats["arcflow_lp"]["bound"] == 22
     assert cert.status == "optimal" and cert.r_star == 23 and cert.bound_method == "exact search"
+    # the short MIP probe proves it before any LP diving (diving spent half the time limit
+    # in vain: 30 s of a 60-s limit)
+    assert cert.stats["arcflow_mip"][0] == {**cert.stats["arcflow_mip"][0], "target": 22, "status": "Infeasible",
+                                            "probe": True}
+    assert "diving" not in cert.stats
 
 
 # ---------------------------------------------------------------- CLI
