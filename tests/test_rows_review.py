@@ -92,3 +92,11 @@ def test_read_bpplib_infinite_token_is_input_error(tmp_path):
     path.write_text("2\n10\ninf\n5\n")
     with pytest.raises(InputError, match="non-numeric"):
         read_bpplib(path)
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), "10"])
+def test_time_limit_must_be_a_number_at_least_zero(bad):
+    """A negative time limit was taken as 0 without a word; it, NaN and a string are
+    one-line errors naming time_limit (noticed by review helper-35)."""
+    with pytest.raises(InputError, match=r"^time_limit: "):
+        certify_bins(np.array([3, 4, 5]), 10, 1, time_limit=bad)

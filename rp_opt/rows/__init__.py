@@ -229,11 +229,11 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
         assignment model), ``arcflow`` (the former only), ``cpsat`` (the latter only),
         ``highs`` (the arc-flow MIP with HiGHS), or ``none`` (bounds and heuristics only).
     """
-    from ..errors import integer, read_array, require
+    from ..errors import integer, number, read_array, require
     from ..window import checked_lengths
 
     start = time.perf_counter()
-    deadline = start + float(time_limit)
+    deadline = start + number("time_limit", time_limit, 0, hint="seconds")  # 0: bounds and heuristics
     raw = read_array(lengths, "lengths")
     require(raw.ndim == 1, "lengths", f"must be 1-D [N], got shape {raw.shape}")
     lengths = checked_lengths(raw)                       # integers >= 1 (no truncation, no wrap-around)
