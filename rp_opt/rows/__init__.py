@@ -314,6 +314,20 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
     # exact decision "B <= K" for K = ceil(lower / D) D bins, raising the lower bound on failure
     total = int(np.sum(lengths, dtype=np.int64))
     rng = np.random.default_rng(0)
+
+    def mip_decides(pruned, target: int, seconds: float, **note) -> bool:
+        """HiGHS branch-and-bound on the pruned graph for "B <= target": offers its packing,
+        raises the lower bound when it proves "Infeasible" (HiGHS works in floating point on
+        a 0/1 integer model: the stats say who proved it); True when the target is decided."""
+        res = arcflow.solve_mip(pruned, lengths, seconds, min_bins=s.lower, max_bins=target)
+        s.stats.setdefault("arcflow_mip", []).append({"target": target, "status": res.status,
+                                                      "seconds": res.seconds, **note})
+        s.offer(res.bin_of, "arc-flow MIP")
+        if res.status == "Infeasible":
+            s.raise_lower(target + 1, "exact search")
+            s.stats["exact_search_by"] = "HiGHS MIP"
+        return closed() or proven_infeasible() or res.status == "Infeasible"
+
     while not closed() and not proven_infeasible() and time.perf_counter() < deadline and exact != "none":
         target = min(_ceil_div(s.lower, d) * d, k_max)
         left = deadline - time.perf_counter()
@@ -325,15 +339,7 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
                 # a short HiGHS MIP first: where the LP bound is not tight, no dive can reach
                 # K bins, and diving spent half the time limit before the MIP proved it (Scholl
                 # N1C3W2_H: 30 s of a 60-s limit, then 0.03 s of MIP)
-                res = arcflow.solve_mip(pruned, lengths, min(QUICK_MIP_SECONDS, 0.1 * left), min_bins=s.lower,
-                                        max_bins=target)
-                s.stats.setdefault("arcflow_mip", []).append({"target": target, "status": res.status,
-                                                              "seconds": res.seconds, "probe": True})
-                s.offer(res.bin_of, "arc-flow MIP")
-                if res.status == "Infeasible":
-                    s.raise_lower(target + 1, "exact search")
-                    s.stats["exact_search_by"] = "HiGHS MIP"
-                if closed() or proven_infeasible() or res.status == "Infeasible":
+                if mip_decides(pruned, target, min(QUICK_MIP_SECONDS, 0.1 * left), probe=True):
                     continue
                 left = deadline - time.perf_counter()
             # LP diving toward K bins, up to DIVE_SHARE of the time left
@@ -385,15 +391,7 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
                 # the LP bound is not tight (Scholl N1C3W2_H, LP = 22, B = 23: 0.03 s)
                 # and CP-SAT stalls; only on small graphs, where its LPs are fast and it keeps
                 # to its time limit (large ones can overrun it by LP solves of seconds)
-                res = arcflow.solve_mip(pruned, lengths, MIP_SHARE * left, min_bins=s.lower, max_bins=target)
-                s.stats.setdefault("arcflow_mip", []).append({"target": target, "status": res.status,
-                                                              "seconds": res.seconds})
-                s.offer(res.bin_of, "arc-flow MIP")
-                if res.status == "Infeasible":
-                    # HiGHS works in floating point (on a 0/1 integer model): say who proved it
-                    s.raise_lower(target + 1, "exact search")
-                    s.stats["exact_search_by"] = "HiGHS MIP"
-                if closed() or proven_infeasible() or res.status == "Infeasible":
+                if mip_decides(pruned, target, MIP_SHARE * left):
                     continue
                 left = deadline - time.perf_counter()
                 if left <= 0:
