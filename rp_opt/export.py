@@ -34,6 +34,23 @@ from .solution import Layout, Placement
 FORMAT = "rp-opt-export/1"
 
 
+def checked_phy2log(phy2log, num_layers: int, num_experts: int, field: str = "previous_phy2log",
+                    name: str = "") -> np.ndarray:
+    """``phy2log`` as int64 [L, E] when every layer holds a permutation of the experts
+    (integral floats such as 3.0 count); else a one-line :class:`InputError` on ``field``,
+    its message starting with ``name`` (what the array is, e.g. a file's)."""
+    raw = np.asarray(phy2log)
+    integral = raw.dtype.kind in "iu" or (
+        raw.dtype.kind == "f" and bool(np.all(np.isfinite(raw) & (raw == np.round(raw)))))
+    require(integral, field, f"{name}must hold integer expert ids, got {raw.dtype} values")
+    ids = raw.astype(np.int64)
+    require(ids.shape == (num_layers, num_experts), field,
+            f"{name}has shape {ids.shape}, expected (L, E) = ({num_layers}, {num_experts})")
+    require(bool(np.all(np.sort(ids, axis=1) == np.arange(num_experts))), field,
+            f"{name}is not a permutation of the experts 0..{num_experts - 1} in every layer")
+    return ids
+
+
 def physical_maps(placement: Placement, previous_phy2log: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(phy2log [L, E], log2phy [L, E]) of ``placement`` (module docstring).
 
@@ -54,15 +71,7 @@ def physical_maps(placement: Placement, previous_phy2log: np.ndarray | None = No
         # experts_of_ranks() flattened (its reshape cannot infer E/P of a placement without layers)
         phy2log = np.argsort(placement.ranks, axis=1, kind="stable")
     else:
-        raw = np.asarray(previous_phy2log)
-        integral = raw.dtype.kind in "iu" or (
-            raw.dtype.kind == "f" and bool(np.all(np.isfinite(raw) & (raw == np.round(raw)))))
-        require(integral, "previous_phy2log", f"must hold integer expert ids, got {raw.dtype} values")
-        prev = raw.astype(np.int64)
-        require(prev.shape == (num_layers, num_experts), "previous_phy2log",
-                f"has shape {prev.shape}, expected (L, E) = ({num_layers}, {num_experts})")
-        require(bool(np.all(np.sort(prev, axis=1) == np.arange(num_experts))), "previous_phy2log",
-                "is not a permutation of the experts in every layer")
+        prev = checked_phy2log(previous_phy2log, num_layers, num_experts)
         slot_rank = np.arange(num_experts) // per_rank                       # rank of every slot
         stays = placement.ranks[np.arange(num_layers)[:, None], prev] == slot_rank[None, :]  # [L, slots]
         phy2log = np.where(stays, prev, -1)

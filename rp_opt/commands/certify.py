@@ -34,15 +34,14 @@ def _window_arrays(path: str):
     """Lengths and cluster of an instance file, without :class:`Instance`'s T_i <= C check
     (an over-long sample is a finding of the certifier, not bad input)."""
     from ..io import cluster_from_meta, read_instance_arrays
+    from ..window import checked_lengths
 
     meta, arrays = read_instance_arrays(path, ("lengths",))
     lengths = np.asarray(arrays["lengths"])
     require(lengths.ndim == 1 and lengths.size >= 1, "lengths", f"must be a non-empty 1-D array, got shape {lengths.shape}")
     require(lengths.dtype.kind in "iu", "lengths", f"must be integers, got dtype {lengths.dtype}")
-    require(bool(np.all(lengths >= 1)), "lengths", f"holds {int(lengths.min())}; every sample needs >= 1 token")
-    require(int(lengths.max()) <= np.iinfo(np.int64).max, "lengths",
-            f"holds {int(lengths.max())}, beyond 64-bit integers")
-    return lengths.astype(np.int64), cluster_from_meta(meta.get("cluster"))
+    # >= 1 each, and no uint64 beyond int64 (it would wrap to a negative length)
+    return checked_lengths(lengths), cluster_from_meta(meta.get("cluster"))
 
 
 def _read_bpp(path: str):

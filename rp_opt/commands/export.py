@@ -42,7 +42,7 @@ def _read_previous(path: str) -> dict:
 
 
 def run(args) -> int:
-    from ..export import export_plan
+    from ..export import checked_phy2log, export_plan
 
     name = os.path.basename(args.output)
     require(name not in ("", ".", ".."), "-o", f"must end in a file name (the prefix of .json and .npz), "
@@ -79,16 +79,9 @@ def run(args) -> int:
             theirs = int(theirs.max()) + 1
             require(theirs == ranks, "--previous",
                     f"{args.previous} is an export for P={theirs} EP ranks, this plan's cluster has P={ranks}")
-        shape = np.shape(arrays["phy2log"])
-        expected = (plan.placement.num_layers, plan.placement.num_experts)
-        require(shape == expected, "--previous",
-                f"{args.previous} has phy2log of shape {shape}, this plan has (L, E) = {expected}")
-        previous = np.asarray(arrays["phy2log"])
         # checked here, before anything is written (the writer's own check reads as '-o')
-        require(previous.dtype.kind in "iuf" and np.array_equal(
-            np.sort(previous, axis=1), np.broadcast_to(np.arange(expected[1]), expected)), "--previous",
-            f"{args.previous}: phy2log is not a permutation of the experts 0..{expected[1] - 1} in every layer")
-        previous = previous.astype(np.int64)
+        previous = checked_phy2log(arrays["phy2log"], plan.placement.num_layers, plan.placement.num_experts,
+                                   "--previous", f"{args.previous}: phy2log ")
     written: list[str] = []
     # a write that fails after the checks (disk full) is one line, and the summary still prints
     error = write_output(lambda prefix: written.extend(export_plan(plan, prefix, previous)), args.output)
