@@ -26,7 +26,7 @@ import numpy as np
 from .cost import get_objective, score
 from .errors import InputError, integer, number, require, switch
 from .result import INFEASIBLE, Plan, Result
-from .solution import Layout, Placement
+from .solution import Layout, Placement, placement_for
 from .window import Cluster, CostModel, Instance, Window
 
 log = logging.getLogger("rp_opt")
@@ -42,16 +42,6 @@ MODES = {
 _FIXED_PLACEMENT = {"baseline", "kk", "lpt-ffd"}
 # solver arguments the Planner sets itself on every call (not accepted in solver_options)
 _PLANNER_SET = {"objective", "time_limit", "seed", "warm_start"}
-
-
-def _in_force(placement, cluster: Cluster, field: str) -> Placement | None:
-    """``placement`` checked as a placement in force on ``cluster`` (None passes)."""
-    if placement is None:
-        return None
-    require(isinstance(placement, Placement), field, f"must be a Placement or None, got {type(placement).__name__}")
-    require(placement.num_ranks == cluster.ep, field,
-            f"has P={placement.num_ranks} ranks, the cluster has P={cluster.ep}")
-    return placement
 
 
 @dataclass(frozen=True)
@@ -266,7 +256,7 @@ class Planner:
         self.migration_cost = number("migration_cost", migration_cost, low=0, none=True)
         self.migration_horizon = integer("migration_horizon", migration_horizon, low=1)
         self._cost_by_layers: dict[int, CostModel] = {}
-        self._current = _in_force(current_placement, cluster, "current_placement")
+        self._current = placement_for(current_placement, cluster.ep, "current_placement", none=True)
         self._previous: Plan | None = None
         self.step = 0
         self.solver_name  # resolve now: a bad mode fails at configuration, not at step 1
@@ -299,7 +289,7 @@ class Planner:
 
     def reset(self, placement: Placement | None = None) -> None:
         """Forget the previous step; the placement in force becomes ``placement``."""
-        self._current = _in_force(placement, self.cluster, "placement")
+        self._current = placement_for(placement, self.cluster.ep, "placement", none=True)
         self._previous = None
 
     def cost_model(self, num_layers: int) -> CostModel:

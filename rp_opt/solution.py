@@ -96,14 +96,20 @@ class Placement:
         return self.ranks.tolist()
 
 
-def placement_for(placement, num_layers: int, num_experts: int, num_ranks: int, field: str = "placement") -> Placement:
-    """``placement`` checked as one for a window of ``num_layers`` x ``num_experts`` on
-    ``num_ranks`` EP ranks: a one-line :class:`~rp_opt.errors.InputError` naming ``field``
-    otherwise (a bare array or a placement for another cluster used to fail deep inside a
-    solver)."""
-    require(isinstance(placement, Placement), field, f"must be a Placement, got {type(placement).__name__}")
-    require(placement.ranks.shape == (num_layers, num_experts), field,
-            f"has (L, E) = {placement.ranks.shape}, the window has ({num_layers}, {num_experts})")
+def placement_for(placement, num_ranks: int, field: str = "placement", num_layers: int | None = None,
+                  num_experts: int | None = None, *, none: bool = False) -> Placement | None:
+    """``placement`` checked as one on ``num_ranks`` EP ranks (and, when given, for a
+    window of ``num_layers`` x ``num_experts``): a one-line
+    :class:`~rp_opt.errors.InputError` naming ``field`` otherwise (a bare array or a
+    placement for another cluster used to fail deep inside a solver). ``none``: None
+    passes."""
+    if none and placement is None:
+        return None
+    require(isinstance(placement, Placement), field,
+            f"must be a Placement{' or None' if none else ''}, got {type(placement).__name__}")
+    if num_layers is not None:
+        require(placement.ranks.shape == (num_layers, num_experts), field,
+                f"has (L, E) = {placement.ranks.shape}, the window has ({num_layers}, {num_experts})")
     require(placement.num_ranks == num_ranks, field, f"has P={placement.num_ranks} ranks, the cluster has P={num_ranks}")
     return placement
 

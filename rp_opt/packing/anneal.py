@@ -929,8 +929,9 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     if placement is None:
         placement, stats["placement"] = default_placement(window, cluster.ep, load)
     else:
-        placement = placement_for(placement, window.num_layers, window.num_experts, cluster.ep,
-                                  "warm_start" if stats.get("placement") == "warm start" else "placement")
+        placement = placement_for(placement, cluster.ep,
+                                  "warm_start" if stats.get("placement") == "warm start" else "placement",
+                                  window.num_layers, window.num_experts)
         stats.setdefault("placement", "given")
     timings["placement"] = time.perf_counter() - t
 

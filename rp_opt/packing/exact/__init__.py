@@ -512,9 +512,9 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
             f"must be a Plan, got {type(warm_start).__name__}")
     if placement is not None or warm_start is not None:
         window = instance.window
-        placement = placement_for(placement if placement is not None else warm_start.placement, window.num_layers,
-                                  window.num_experts, instance.cluster.ep,
-                                  "placement" if placement is not None else "warm_start")
+        placement = placement_for(placement if placement is not None else warm_start.placement, instance.cluster.ep,
+                                  "placement" if placement is not None else "warm_start", window.num_layers,
+                                  window.num_experts)
     else:
         placement = default_placement(instance)
     if num_rows is None:
