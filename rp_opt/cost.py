@@ -307,6 +307,17 @@ class Objective:
     def evaluate(self, costs: Costs) -> tuple[float, ...]:
         return tuple(sum(coef * agg.evaluate(costs) for coef, agg in level) for level in self.levels)
 
+    @property
+    def aggregates(self) -> list[Aggregate]:
+        """Every aggregate of every level, in order."""
+        return [agg for level in self.levels for _, agg in level]
+
+    @property
+    def weighs(self) -> tuple[bool, bool]:
+        """(attention, expert): whether some aggregate weighs A, and whether some weighs X
+        (a part no aggregate weighs must not set a solver's scale)."""
+        return (any(agg.attention > 0 for agg in self.aggregates), any(agg.expert > 0 for agg in self.aggregates))
+
 
 _OBJECTIVES: dict[str, Objective] = {}
 
@@ -408,6 +419,17 @@ def _fractional_knapsack(weights: np.ndarray, values: np.ndarray, capacities: np
     return cum_v[whole] + np.maximum(rest, 0.0) * ratio
 
 
+def _big_ceilings(lengths: np.ndarray, work: np.ndarray, capacity: int, big: np.ndarray) -> tuple[float, np.ndarray]:
+    """(u, v): the most ``work`` a cell can hold without a sample of ``big`` (u: the
+    fractional-knapsack fill of C with the samples of at most C/2 tokens) and with big
+    sample j (v_j = work_j + that fill of C - T_j). A cell holds at most one sample longer
+    than C/2; the ceilings ignore the per-cell sample limit (only loosens them)."""
+    small = 2 * lengths <= capacity
+    room = np.concatenate([[capacity], capacity - lengths[big]]).astype(np.float64)
+    fill = _fractional_knapsack(lengths[small], work[small], room)
+    return float(fill[0]), work[big] + fill[1:]
+
+
 def attention_waste(work: np.ndarray, lengths: np.ndarray, capacity: int, per_shard: int,
                     num_blocks: int) -> np.ndarray:
     """[S] lower bound on sum_b sum_{d in b} (max_{d' in b} c_s(d') - c_s(d)) over every
@@ -435,15 +457,12 @@ def attention_waste(work: np.ndarray, lengths: np.ndarray, capacity: int, per_sh
     h = int(big.sum())
     if k <= 1 or h == 0 or h > num_blocks * k:
         return out
-    small = ~big
-    room = np.concatenate([[capacity], capacity - lengths[big]]).astype(np.float64)
     q = np.arange(1, num_blocks + 1)
     for s in range(work.shape[0]):
         c = work[s]
-        fill = _fractional_knapsack(lengths[small], c[small], room)
-        u = fill[0]
+        u, v = _big_ceilings(lengths, c, capacity, big)
         order = np.argsort(-c[big], kind="stable")
-        cost, ceiling = c[big][order], (c[big] + fill[1:])[order]
+        cost, ceiling = c[big][order], v[order]
         best = 0.0
         # every t gives a valid bound; try the ends of runs of equal cost and a grid (speed)
         ends = np.flatnonzero(np.diff(cost, append=-np.inf) != 0) + 1
@@ -520,11 +539,8 @@ def full_row_charge(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarr
     excess = float((attention[full] - theta).sum()) / k        # full-length cells above theta
     # the deficit theta - att_d of a cell without a full-length sample, at least: each
     # distinct big sample's ceiling, or that of a cell without one; cheapest first
-    big, small = (2 * lengths > capacity) & ~full, 2 * lengths <= capacity
-    room = np.concatenate([[capacity], capacity - lengths[big]]).astype(np.float64)
-    fill = _fractional_knapsack(lengths[small].astype(np.float64), attention[small], room)
-    deficits = np.sort(np.concatenate([theta - (attention[big] + fill[1:]),
-                                       np.full(slots * (heavy + 1), theta - fill[0])]))
+    u, v = _big_ceilings(lengths, attention, capacity, (2 * lengths > capacity) & ~full)
+    deficits = np.sort(np.concatenate([theta - v, np.full(slots * (heavy + 1), theta - u)]))
     cheapest = np.concatenate([[0.0], np.cumsum(deficits)]) / k   # [K]: the K cheapest cells
     # h[y]: deficit of a cell with >= y * step tokens of room; delta[j]: least deficit of
     # 1..k-1 cells with >= j * step of room between them (rounded down: a lower bound)

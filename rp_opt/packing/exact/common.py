@@ -194,7 +194,7 @@ def symmetry_mode(objective: Objective) -> str:
     independently in every shard (e.g. shard). ``'grid'``: only global row and shard
     permutations (e.g. weighted, which mixes both).
     """
-    aggs = [agg for level in objective.levels for _, agg in level]
+    aggs = objective.aggregates
     if all(a.over == "shards" or a.inner == a.outer for a in aggs):
         return "rows"
     if all(a.over == "rows" or a.inner == a.outer for a in aggs):

@@ -114,9 +114,8 @@ class CpsatPacking:
         N, R, G, k = data.num_samples, data.num_rows, data.num_shards, data.per_shard
         if demand_cap is None:
             demand_cap = float(data.demand.max(axis=2).sum()) if data.demand is not None else 0.0
-        aggregates = [agg for level in objective.levels for _, agg in level]
-        self.scale = sc = integer_scale(data, demand_cap, attention=any(agg.attention > 0 for agg in aggregates),
-                                        expert=any(agg.expert > 0 for agg in aggregates))
+        weighs_attention, weighs_expert = objective.weighs
+        self.scale = sc = integer_scale(data, demand_cap, attention=weighs_attention, expert=weighs_expert)
         self.chains = symmetry_chains(data, mode, fixed_shards=context is not None) if mode else None
         low = self.chains.min_sample if self.chains else np.zeros(data.num_cells, dtype=np.int64)
 

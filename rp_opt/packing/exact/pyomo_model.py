@@ -40,9 +40,9 @@ class PyomoPacking:
         # normaliser: the largest cost of one sample alone becomes 100, counting only the
         # parts the objective weighs (X alone with gamma 1e-6 next to attention ~100 was
         # otherwise ~1e-6, below HiGHS's absolute tolerances: bounds above the optimum)
-        aggregates = [agg for level in objective.levels for _, agg in level]
-        per_sample = (data.att.sum(axis=0) * any(agg.attention > 0 for agg in aggregates)
-                      + data.gamma * dem.max(axis=2).sum(axis=1) * any(agg.expert > 0 for agg in aggregates))
+        weighs_attention, weighs_expert = objective.weighs
+        per_sample = (data.att.sum(axis=0) * weighs_attention
+                      + data.gamma * dem.max(axis=2).sum(axis=1) * weighs_expert)
         self.unit = 100.0 / max(float(per_sample.max()), 1e-300)
         att = data.att * self.unit
         gamma = data.gamma * self.unit
