@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from rp_opt.cli import main
-
-GEN = ["gen", "--samples", "16", "--dp", "4", "--edp", "2", "--ep", "2", "--capacity", "4096", "--layers", "2"]
+from test_cli_inputs import GEN
 
 
 @pytest.fixture(scope="module")
