@@ -404,19 +404,35 @@ def placement_bound(window: Window, num_ranks: int, load: np.ndarray | None = No
 
 
 def _fractional_knapsack(weights: np.ndarray, values: np.ndarray, capacities: np.ndarray) -> np.ndarray:
-    """Greatest value of items (fractions allowed) within each capacity: items by value per
-    unit of weight, decreasingly (the LP optimum, >= every integral selection)."""
+    """Greatest value of items (fractions allowed) within each capacity: an upper bound on
+    every integral selection. Items heavier than a capacity cannot be in it, so where the
+    value per unit of weight never falls as the weight grows (attention with Q = T^2) the
+    bound takes, for each capacity, the items that fit, by value per unit decreasingly
+    (the LP optimum of the fitting items). Otherwise it takes every item (the LP optimum
+    of all of them: looser, still an upper bound)."""
     capacities = np.asarray(capacities, dtype=np.float64)
     if weights.size == 0:
         return np.zeros_like(capacities)
-    order = np.argsort(-values / weights, kind="stable")
-    w, v = weights[order].astype(np.float64), values[order].astype(np.float64)
+    w, v = np.asarray(weights, dtype=np.float64), np.asarray(values, dtype=np.float64)
+    ratio = v / w
+    order = np.lexsort((-ratio, -w))                                     # heaviest first
+    start = np.zeros(capacities.shape, dtype=np.int64)
+    if np.all(np.diff(ratio[order]) <= 0):
+        # heaviest first is also best ratio first, so the items that fit a capacity are a
+        # suffix of this order in the greedy's order; start at the first that fits
+        # (a hair of tolerance: a room computed in floats must not shut out an item that fits)
+        start = np.searchsorted(-w[order], -(capacities + 1e-9 * np.maximum(capacities, 1.0)), side="left")
+    else:
+        order = np.argsort(-ratio, kind="stable")
+    w, v, ratio = w[order], v[order], ratio[order]
     cum_w = np.concatenate([[0.0], np.cumsum(w)])
     cum_v = np.concatenate([[0.0], np.cumsum(v)])
-    whole = np.searchsorted(cum_w, capacities, side="right") - 1          # items that fit whole
-    rest = capacities - cum_w[whole]
-    ratio = np.concatenate([v / w, [0.0]])[whole]
-    return cum_v[whole] + np.maximum(rest, 0.0) * ratio
+    # items start.. whole-1 fit whole; item ``whole`` (if any) fills the rest in part
+    whole = np.searchsorted(cum_w, cum_w[start] + capacities, side="right") - 1
+    whole = np.maximum(whole, start)
+    rest = capacities - (cum_w[whole] - cum_w[start])
+    part = np.concatenate([ratio, [0.0]])[whole]
+    return cum_v[whole] - cum_v[start] + np.maximum(rest, 0.0) * part
 
 
 def _big_ceilings(lengths: np.ndarray, work: np.ndarray, capacity: int, big: np.ndarray) -> tuple[float, np.ndarray]:

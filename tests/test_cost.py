@@ -132,6 +132,45 @@ def _min_attention_waste(work, lengths, capacity, dp, edp, rows):
     return (cost.max(axis=3, keepdims=True) - cost).sum(axis=(2, 3)).min(axis=1)
 
 
+def test_fractional_knapsack_uses_only_items_that_fit():
+    """Items of 1 and 5 tokens worth 1 and 25 (value per token 1 and 5, rising with the
+    weight as attention with Q = T^2 does): a room of 2 holds only the small item, worth 1
+    (the LP over every item would say 2 * 5 = 10); a room of 6 holds both, 26; a room of 7
+    both and nothing more; a room of 0.5 holds nothing. With the value per token falling as weight grows, every item is
+    taken (room 2: 1 + 1/5 of the other, 1 + 0.2)."""
+    from rp_opt.cost import _fractional_knapsack
+
+    got = _fractional_knapsack(np.array([1, 5]), np.array([1.0, 25.0]), np.array([2.0, 6.0, 7.0, 0.0, 0.5]))
+    np.testing.assert_allclose(got, [1.0, 26.0, 26.0, 0.0, 0.0])
+    got = _fractional_knapsack(np.array([1, 5]), np.array([3.0, 1.0]), np.array([2.0]))
+    np.testing.assert_allclose(got, [3.0 + 0.2])
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), squared=st.booleans())
+def test_fractional_knapsack_above_every_subset(seed, squared):
+    """The fill is an upper bound: never below the best subset of items that fits, by
+    brute force over every subset (values T^2-like, so the fitting-items path runs, or
+    arbitrary, so the all-items path runs); and never above the LP over every item."""
+    from itertools import product
+
+    from rp_opt.cost import _fractional_knapsack
+
+    rng = np.random.default_rng(seed)
+    weights = rng.integers(1, 40, rng.integers(1, 8))
+    values = weights * (weights + 3.0) if squared else rng.random(weights.size) * 50
+    rooms = np.concatenate([rng.integers(0, 100, 6).astype(float), rng.random(3) * 60])
+    got = _fractional_knapsack(weights, values, rooms)
+    pick = np.array(list(product([0, 1], repeat=weights.size)))
+    load, worth = pick @ weights, pick @ values
+    best = np.array([worth[load <= room].max() for room in rooms])
+    assert np.all(got >= best - 1e-9 * (1 + best))
+    ratio = np.argsort(-values / weights, kind="stable")
+    cum_w, cum_v = np.cumsum(weights[ratio]), np.cumsum(values[ratio])
+    lp = np.array([np.interp(room, np.r_[0, cum_w], np.r_[0, cum_v]) for room in rooms])
+    assert np.all(got <= lp + 1e-9 * (1 + lp))
+
+
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), shape=st.sampled_from([(4, 1, 1, 6), (4, 2, 1, 6), (2, 1, 2, 6), (4, 1, 2, 5),
                                                            (4, 2, 2, 5), (2, 1, 3, 6)]))
