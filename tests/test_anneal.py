@@ -80,6 +80,22 @@ def test_seeds_are_valid_layouts():
         assert check_plan(inst, placement.to_list(), lay.to_rows(), "sync", num_rows=rows).valid
 
 
+def test_seed_rules_stop_at_the_deadline():
+    """A deadline already passed: the first rule that gives a layout still runs (a plan
+    needs one start), no later rule starts; no deadline: every rule runs."""
+    import time
+
+    inst = small(samples=40, m=4)
+    placement = Placement.identity(4, 8, 4)
+    rows, witness, _ = anneal.certified_rows(inst, 5.0)
+    demand = rank_demand(inst.window, placement)
+    rules = ("ffd", "kk", "greedy")
+    late = seed_layouts(inst, rows, demand, witness=witness, rules=rules, deadline=time.perf_counter() - 1.0)
+    assert list(late) == ["ffd"]
+    assert layout_violation(inst, late["ffd"], rows) is None
+    assert list(seed_layouts(inst, rows, demand, witness=witness, rules=rules, deadline=None)) == list(rules)
+
+
 def test_heuristic_is_deterministic_for_seed_and_workers():
     """Same seed and worker count, fixed number of temperature steps: the same plan."""
     inst = small(samples=40)

@@ -19,6 +19,7 @@ m, every cell non-empty) is skipped; :func:`layout_violation` is the validity te
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 
@@ -234,7 +235,7 @@ def block_layout(instance: Instance, base: Layout, demand_by_rank: np.ndarray) -
 
 
 def seed_layouts(instance: Instance, num_rows: int, demand_by_rank: np.ndarray, witness: Layout | None = None,
-                 rules=("witness", "ffd", "kk", "greedy")) -> dict[str, Layout]:
+                 rules=("witness", "ffd", "kk", "greedy"), deadline: float | None = None) -> dict[str, Layout]:
     """Valid starting layouts by name (rules that fail or break a constraint are left out).
 
     Parameters
@@ -249,11 +250,18 @@ def seed_layouts(instance: Instance, num_rows: int, demand_by_rank: np.ndarray, 
         The certifier's witness layout, when known.
     rules
         Which rules to run, in order.
+    deadline
+        ``time.perf_counter()`` value after which no further rule starts once one layout
+        is built (a time limit shorter than all the rules take: the first rules are the
+        cheap ones). None: every rule runs.
     """
     from .baseline import pack
 
     out: dict[str, Layout] = {}
     for rule in rules:
+        if deadline is not None and out and time.perf_counter() >= deadline:
+            log.info("seed rules %s skipped: deadline", ", ".join(rules[rules.index(rule):]))
+            break
         layout = None
         try:
             if rule == "witness":
