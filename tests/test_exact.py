@@ -451,6 +451,24 @@ def test_relaxation_bound_is_valid(objective, G):
                for lv in res.stats["levels"])
 
 
+def test_highs_skips_later_levels_when_no_time_is_left():
+    """A budget already spent: HiGHS still solves level 1 (a plan needs one solve, it gets
+    the least limit), then starts no later level instead of giving each a floor of time
+    past the limit; the outcome says which levels it skipped, and its layout is valid."""
+    from rp_opt.check import check_plan
+    from rp_opt.packing.exact.common import Budget
+    from rp_opt.packing.exact.pyomo_model import PyomoPacking
+
+    inst = make_window(12, D=2, G=2, C=50, seed=1)
+    place = Placement.identity(2, 4, 2)
+    obj = get_objective("sync")
+    out = PyomoPacking(packing_data(inst, place, 3), obj, symmetry_mode(obj)).solve(Budget(0.0))
+    assert len(out.levels) == 1
+    assert out.extra["skipped_levels"] == "2..3: time limit"
+    if out.layout is not None:
+        assert check_plan(inst, place.to_list(), out.layout.to_rows(), "sync", num_rows=3).valid
+
+
 def test_highs_later_levels_return_the_solution_they_report():
     """HiGHS 1.16 with presolve on, warm-started from the level before, reported the later
     level's optimum (700 in model units) but returned the start's values (800): the plan

@@ -426,6 +426,8 @@ def _result(instance, placement, obj, out, start, start_score, stats, t0, solver
     stats["start_score"] = None if start_score is None else list(start_score)
     layout = out.layout
     place = out.extra.get("placement", placement) if out.extra else placement
+    if out.extra and "skipped_levels" in out.extra:
+        stats["skipped_levels"] = out.extra["skipped_levels"]
     plan_score = score(instance, place, layout, obj) if layout is not None else None
     if start is not None and (plan_score is None or lex_better(start_score, plan_score)):
         # the solver returned nothing better than the start: keep the start

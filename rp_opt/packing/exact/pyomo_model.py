@@ -173,12 +173,19 @@ class PyomoPacking:
         # the costliest sample alone), at least the slack of the hold below (a later level may
         # spend it, so the plan's level k can exceed its optimum by that much)
         margin = [self.level_tol * 100.0 / self.unit] * n
+        extra, late = {}, 0.0    # late: the most a solve has run past its HiGHS limit so far
         for k, expr in enumerate(self.levels):
+            if k and budget.left() <= late:
+                # no time left for this level (each solve returns ``late`` after its limit):
+                # the plan so far stands, its later levels unproven
+                extra["skipped_levels"] = f"{k + 1}..{n}: time limit"
+                break
             m.obj.set_value(expr)
-            opt.config.time_limit = budget.for_level(k, n)
+            opt.config.time_limit = max(budget.for_level(k, n) - late, 0.01)
             t0 = time.perf_counter()
             res = opt.solve(m)
             secs = time.perf_counter() - t0
+            late = max(late, secs - opt.config.time_limit)
             tc = res.termination_condition
             stats = {"status": str(tc.name), "seconds": secs, "limit": opt.config.time_limit}
             has = res.best_feasible_objective is not None
@@ -210,7 +217,7 @@ class PyomoPacking:
                 st = "infeasible" if tc == TerminationCondition.infeasible else "no_solution"
                 outcomes.append(LevelOutcome(st, None, None, secs, stats))
                 break
-        return SolveOutcome(layout, outcomes, margin, {})
+        return SolveOutcome(layout, outcomes, margin, extra)
 
 
 def relaxation_bound(data: PackingData, objective: Objective, mode: str | None, *, eq4: np.ndarray | None,
