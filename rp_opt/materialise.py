@@ -217,16 +217,44 @@ def migration_plan(current: Placement, new: Placement, expert_bytes: int = 0,
                          expert_bytes * len(transfers), kept)
 
 
+_TRANSFER_FIELDS = Transfer._fields  # layer, expert, src, dst, bytes
+
+
 def apply_transfers(current: Placement, transfers) -> Placement:
     """The placement after performing ``transfers`` on ``current``.
 
-    Raises :class:`InputError` when a transfer's source is not where the expert is, an
-    expert moves twice, or the result is not balanced.
+    Parameters
+    ----------
+    current
+        The placement the transfers start from.
+    transfers
+        A sequence of :class:`Transfer` or of (layer, expert, src, dst[, bytes]) sequences
+        (e.g. ``MigrationPlan.to_dict()["transfer_list"]`` read back from JSON). Every
+        field is an integer under the rules of :func:`rp_opt.errors.integer`: an integral
+        float such as 2.0 counts as 2; a fractional (1.5), non-finite, boolean or
+        non-numeric value is refused, never cut to an integer.
+
+    Raises
+    ------
+    InputError
+        One line: a field that is not an integer, naming it and the value
+        (``transfers[0].layer: must be an integer, got 1.5``); a transfer that is not a
+        sequence of 4 or 5 fields; a transfer whose source is not where the expert is, an
+        expert that moves twice, a rank or expert outside the placement, or a result that
+        is not balanced.
     """
     ranks = np.array(current.ranks, copy=True)
     moved = set()
-    for t in transfers:
-        layer, expert, src, dst = int(t[0]), int(t[1]), int(t[2]), int(t[3])
+    require(not isinstance(transfers, (str, bytes, dict)) and hasattr(transfers, "__iter__")
+            and not (isinstance(transfers, np.ndarray) and transfers.ndim == 0), "transfers",
+            f"must be a sequence of transfers, got {type(transfers).__name__}")
+    for i, t in enumerate(transfers):
+        field = f"transfers[{i}]"
+        require(not isinstance(t, (str, bytes, dict)) and hasattr(t, "__getitem__") and _size(t) in (4, 5), field,
+                f"must be (layer, expert, src, dst[, bytes]), got {_shown(t)}")
+        layer, expert, src, dst = (integer(f"{field}.{name}", t[j]) for j, name in enumerate(_TRANSFER_FIELDS[:4]))
+        if len(t) == 5:
+            integer(f"{field}.bytes", t[4], low=0)
         require(0 <= layer < ranks.shape[0] and 0 <= expert < ranks.shape[1], "transfers",
                 f"layer {layer} expert {expert} is outside the placement")
         require((layer, expert) not in moved, "transfers", f"layer {layer} expert {expert} moves twice")
@@ -236,3 +264,17 @@ def apply_transfers(current: Placement, transfers) -> Placement:
         ranks[layer, expert] = dst
         moved.add((layer, expert))
     return Placement(ranks, current.num_ranks)
+
+
+def _size(value) -> int | None:
+    """``len(value)``, or None when it has none (a number, a 0-d array)."""
+    try:
+        return len(value)
+    except TypeError:
+        return None
+
+
+def _shown(value) -> str:
+    """``repr(value)`` on one line, cut to 120 characters (for messages)."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 120 else text[:117] + "..."

@@ -195,6 +195,30 @@ def demand_from_samples(routing: Sequence, num_experts: int, num_layers: int | N
     return Replay(lengths, compact_counts(demand), int(top_k))
 
 
+def _checked_mask(mask, b: int, s: int) -> np.ndarray:
+    """The attention mask of a padded batch [B, S] as booleans (all True when ``mask`` is
+    None); one :class:`~rp_opt.errors.InputError` line otherwise.
+
+    A mask holds booleans or the numbers 0 and 1 (integers, or floats 0.0 and 1.0); any
+    other value (2, -1, 0.5, NaN) is rejected naming the sample, the token and the value
+    (``mask[0]: holds 2 at token 1; expected 0 or 1``) rather than read as a token: such a
+    mask is not an attention mask (token-type or segment ids, a corrupted array), and
+    counting it as one would give silently wrong lengths.
+    """
+    if mask is None:
+        return np.ones((b, s), dtype=bool)
+    mask = read_array(mask, "mask")
+    require(mask.shape == (b, s), "mask", f"must have shape (B, S) = ({b}, {s}), got {mask.shape}")
+    require(mask.dtype.kind in "biuf", "mask", f"must hold booleans or 0/1, got dtype {mask.dtype}")
+    if mask.dtype.kind != "b":
+        odd = np.argwhere((mask != 0) & (mask != 1))  # NaN is neither
+        if odd.size:
+            raise InputError(f"mask[{odd[0][0]}]", f"holds {mask[tuple(odd[0])].item()!r} at token {odd[0][1]}; "
+                                                   f"expected 0 or 1")
+        mask = mask != 0
+    return mask
+
+
 def demand_from_padded(routing, mask=None, num_experts: int | None = None,
                        num_layers: int | None = None) -> Replay:
     """Demand from a padded batch [B, S, L, k] and its attention mask [B, S].
@@ -224,17 +248,7 @@ def demand_from_padded(routing, mask=None, num_experts: int | None = None,
     if num_layers is not None:
         require(num_layers_seen == num_layers, "routing", f"has {num_layers_seen} layers, expected L={num_layers}")
     _check_layers_k(num_layers_seen, k, num_experts)
-    if mask is None:
-        mask = np.ones((b, s), dtype=bool)
-    mask = read_array(mask, "mask")
-    require(mask.shape == (b, s), "mask", f"must have shape (B, S) = ({b}, {s}), got {mask.shape}")
-    require(mask.dtype.kind in "biu" or (mask.dtype.kind == "f" and bool(np.all((mask == 0) | (mask == 1)))),
-            "mask", f"must hold 0/1, got dtype {mask.dtype}")
-    if mask.dtype.kind != "b":
-        odd = np.argwhere((mask != 0) & (mask != 1))
-        if odd.size:
-            raise InputError(f"mask[{odd[0][0]}]", f"holds {mask[tuple(odd[0])]} at token {odd[0][1]}; expected 0 or 1")
-        mask = mask.astype(bool)
+    mask = _checked_mask(mask, b, s)
     lengths = mask.sum(axis=1).astype(np.int64)
     empty = np.flatnonzero(lengths == 0)
     if empty.size:
@@ -349,14 +363,43 @@ def replay(routing, *, num_experts: int, mask=None, num_layers: int | None = Non
 
 
 def lengths_from_routing(routing, mask=None) -> np.ndarray:
-    """T[N] of per-sample routing (T_i rows each) or of a padded batch (mask sums)."""
+    """T[N] of per-sample routing (T_i rows each) or of a padded batch (mask sums).
+
+    Parameters
+    ----------
+    routing
+        N per-sample arrays [T_i, ...] (a list or tuple), or a padded batch [B, S, L, k].
+    mask
+        Only with a padded batch: [B, S] booleans or 0/1 numbers (1 = a token); default:
+        every position is a token. Checked as :func:`demand_from_padded` checks it.
+
+    Raises
+    ------
+    InputError
+        One line naming the field and value: a mask value other than 0/1
+        (``mask[0]: holds 2 at token 1; expected 0 or 1``), a mask of the wrong shape or
+        dtype, a mask given with per-sample routing, or routing of another shape.
+    """
     if isinstance(routing, (list, tuple)):
-        return np.array([np.shape(r)[0] for r in routing], dtype=np.int64)
-    shape = np.shape(routing)
+        require(mask is None, "mask", "is only used with a padded [B, S, L, k] batch")
+        lengths = []
+        for i, item in enumerate(routing):
+            shape = _shape(item, f"routing[{i}]")
+            require(len(shape) >= 1, f"routing[{i}]", f"must be [T, L, k], got shape {shape}")
+            lengths.append(shape[0])
+        return np.array(lengths, dtype=np.int64)
+    shape = _shape(routing, "routing")
     require(len(shape) == 4, "routing", f"lengths need per-sample arrays or a padded batch, got shape {shape}")
-    if mask is None:
-        return np.full(shape[0], shape[1], dtype=np.int64)
-    return np.asarray(mask).astype(bool).sum(axis=1).astype(np.int64)
+    return _checked_mask(mask, shape[0], shape[1]).sum(axis=1).astype(np.int64)
+
+
+def _shape(value, field: str) -> tuple:
+    """``np.shape(value)``, or the one-line :class:`InputError` of :func:`read_array` on
+    ``field`` when numpy cannot read it (ragged nested lists)."""
+    try:
+        return np.shape(value)
+    except Exception:  # ragged lists: numpy >= 1.24 raises ValueError
+        return read_array(value, field).shape
 
 
 def infer_top_k(lengths: np.ndarray, demand: np.ndarray) -> int:

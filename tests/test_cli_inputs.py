@@ -116,6 +116,29 @@ def test_export_output_checked_up_front(files, capsys, tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+def test_export_output_naming_a_directory_is_refused(files, capsys, tmp_path):
+    """``export -o DIR`` took DIR as a prefix and wrote DIR.json and DIR.npz beside the
+    directory (``-o /tmp``: /tmp.json); it is now one line naming -o and the directory,
+    with a prefix inside it as the example, and nothing is written anywhere."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    captured = _bad(capsys, ["export", files["w16"], files["plan"], "-o", str(folder), "--json"],
+                    "-o:", f"{folder} is a directory", f"-o {folder / 'export'} writes {folder / 'export'}.json")
+    assert json.loads(captured.out)["error"]["field"] == "-o"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and not any(folder.iterdir())
+    # a prefix inside the directory writes there
+    assert main(["export", files["w16"], files["plan"], "-o", str(folder / "step3"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["json"] == str(folder / "step3.json")
+    assert sorted(p.name for p in folder.iterdir()) == ["step3.json", "step3.npz"]
+
+
+def test_export_help_says_what_o_takes(capsys):
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "writes OUT_PREFIX.json and OUT_PREFIX.npz" in text and "an existing directory is refused" in text
+
+
 def test_export_write_failure_is_one_line(files, capsys, monkeypatch, tmp_path):
     import rp_opt.export
 
@@ -183,6 +206,29 @@ def test_gen_huge_values_one_line(capsys, tmp_path, flag, value, needles):
     out = tmp_path / "w.npz"
     _bad(capsys, GEN + [flag, value, "-o", str(out), "--json"], flag, value, *needles)
     assert not out.exists()
+
+
+def test_gen_refuses_to_overwrite_unless_forced(capsys, tmp_path):
+    """``gen -o FILE`` replaced an existing FILE without a word (a recorded window among
+    them); it is now one line naming -o and the file, exit code 2 before any work, the file
+    untouched; --force replaces it."""
+    out = tmp_path / "w.npz"
+    assert main(GEN + ["--seed", "0", "-o", str(out), "--json"]) == 0
+    capsys.readouterr()
+    before = out.read_bytes()
+    captured = _bad(capsys, GEN + ["--seed", "1", "-o", str(out), "--json"], "-o:", f"{out} exists", "--force")
+    assert json.loads(captured.out) == {"error": {"field": "-o", "message": f"{out} exists; pass --force to replace it"}}
+    assert out.read_bytes() == before
+    assert main(GEN + ["--seed", "1", "-o", str(out), "--force", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["output"] == str(out)
+    assert out.read_bytes() != before
+    # --force without a file to replace writes as usual
+    fresh = tmp_path / "fresh.npz"
+    assert main(GEN + ["-o", str(fresh), "--force", "--json"]) == 0
+    assert fresh.exists()
+    with pytest.raises(SystemExit):
+        main(["gen", "--help"])
+    assert "refused unless --force" in " ".join(capsys.readouterr().out.split())
 
 
 def test_gen_largest_values_accepted(capsys, tmp_path):

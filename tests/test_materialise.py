@@ -139,6 +139,47 @@ def test_expert_bytes_follows_the_shared_rules(bad):
     assert all(type(t.bytes) is int for t in plan.transfers)
 
 
+@pytest.mark.parametrize("transfer, message", [
+    ((1.5, 0, 0, 1), "transfers[0].layer: must be an integer, got 1.5"),         # was layer 1
+    ((1, 0.5, 0, 1), "transfers[0].expert: must be an integer, got 0.5"),        # was expert 0
+    ((1, 0, 0.9, 1), "transfers[0].src: must be an integer, got 0.9"),           # was rank 0
+    ((1, 0, 0, 1.5), "transfers[0].dst: must be an integer, got 1.5"),           # was rank 1
+    ((1, 0, 0, 1, 2.5), "transfers[0].bytes: must be an integer >= 0, got 2.5"),
+    ((1, "0", 0, 1), "transfers[0].expert: must be an integer, got '0'"),         # was expert 0
+    ((1, 0, 0, True), "transfers[0].dst: must be an integer, got True"),         # was rank 1
+    ((1, 0, 0, float("nan")), "transfers[0].dst: must be an integer, got nan"),  # was a ValueError
+    ((1, None, 0, 1), "transfers[0].expert: must be an integer, got None"),      # was a TypeError
+    ((1, 0, 0), "transfers[0]: must be (layer, expert, src, dst[, bytes]), got (1, 0, 0)"),  # was an IndexError
+    (7, "transfers[0]: must be (layer, expert, src, dst[, bytes]), got 7"),                  # was a TypeError
+])
+def test_apply_transfers_rejects_fractional_and_non_numeric_fields(transfer, message):
+    """Every field went through int(), which cut 1.5 to 1 (and read '0' and True as
+    numbers): a fractional layer moved another layer's expert without a word. Fields now
+    follow rp_opt.errors.integer, naming the transfer and field."""
+    current = Placement(np.array([[0, 0, 1, 1], [0, 0, 1, 1]]), 2)
+    with pytest.raises(InputError) as info:
+        apply_transfers(current, [(1, 2, 1, 0, 0), transfer])
+    assert str(info.value) == message.replace("transfers[0]", "transfers[1]")
+    with pytest.raises(InputError, match=r"^transfers: must be a sequence of transfers, got int$"):
+        apply_transfers(current, 3)
+
+
+def test_apply_transfers_accepts_integral_floats_only():
+    """As rp_opt.errors.integer reads them, 1.0 is 1: a transfer list read back from JSON
+    or held in a float array applies as the integer one does, while the same array with
+    one fractional entry (which int() cut to 1) is refused, naming the entry."""
+    current = Placement(np.array([[0, 0, 1, 1], [0, 0, 1, 1]]), 2)
+    expected = [[0, 0, 1, 1], [1, 0, 0, 1]]
+    array = np.array([[1, 0, 0, 1, 0], [1, 2, 1, 0, 0]], dtype=np.float64)
+    for transfers in ([Transfer(1, 0, 0, 1, 0), Transfer(1, 2, 1, 0, 0)],
+                      [(1.0, 0.0, 0.0, 1.0), [1, 2, 1, 0, 8.0]], array,
+                      [(np.int32(1), np.uint8(0), np.int64(0), np.float32(1.0))] + [(1, 2, 1, 0)]):
+        assert apply_transfers(current, transfers).ranks.tolist() == expected
+    array[1, 0] = 1.25
+    with pytest.raises(InputError, match=r"^transfers\[1\]\.layer: must be an integer, got np\.float64\(1\.25\)$"):
+        apply_transfers(current, array)
+
+
 def test_apply_transfers_rejects_wrong_source():
     current = Placement(np.array([[0, 0, 1, 1]]), 2)
     with pytest.raises(InputError, match="transfers"):

@@ -172,6 +172,61 @@ def test_padded_errors():
         replay(np.zeros((2, 2)), num_experts=4)
 
 
+@pytest.mark.parametrize("mask, message", [
+    ([[1, 1, 1], [0, 2, 0]], r"^mask\[1\]: holds 2 at token 1; expected 0 or 1$"),        # was a token
+    ([[1, 1, -1], [0, 1, 0]], r"^mask\[0\]: holds -1 at token 2; expected 0 or 1$"),       # was a token
+    ([[1, 1, 1], [0, 1, 0.5]], r"^mask\[1\]: holds 0.5 at token 2; expected 0 or 1$"),     # was a token
+    ([[1, 1, 1], [0, 2.0, 0]], r"^mask\[1\]: holds 2.0 at token 1; expected 0 or 1$"),     # was a token
+    ([[1, 1, float("nan")], [0, 1, 0]], r"^mask\[0\]: holds nan at token 2; expected 0 or 1$"),
+    ([["1", "1", "1"], ["0", "1", "0"]], r"^mask: must hold booleans or 0/1, got dtype <U1$"),  # was a ValueError
+    (np.ones((2, 2)), r"^mask: must have shape \(B, S\) = \(2, 3\), got \(2, 2\)$"),          # was summed
+])
+def test_lengths_from_routing_checks_the_mask(mask, message):
+    """lengths_from_routing read its mask with astype(bool), so a 2 (or -1, 0.5, NaN) was
+    a token and a mask of another shape was summed as it came; it now rejects them as
+    demand_from_padded does (one shared check), and both name the sample, the token and
+    the value."""
+    routing, _ = hand_routing()
+    padded = np.zeros((2, 3, 2, 2), dtype=np.int64)
+    padded[:, :, :, 1] = 1
+    with pytest.raises(InputError, match=message):
+        lengths_from_routing(padded, mask)
+    with pytest.raises(InputError, match=message):
+        demand_from_padded(padded, mask, 4)
+
+
+def test_lengths_from_routing_accepts_booleans_and_0_1_numbers_only():
+    """Booleans, integers 0/1 and floats 0.0/1.0 all read as the same mask (no mask: every
+    position is a token); the same mask with a 2 in it, which counted as a token, is
+    refused in every dtype."""
+    padded = np.zeros((2, 3, 2, 2), dtype=np.int64)
+    booleans = np.array([[True, True, True], [False, True, False]])
+    for mask in (booleans, booleans.astype(np.uint8), booleans.astype(np.int64), booleans.astype(np.float32),
+                 booleans.tolist()):
+        assert lengths_from_routing(padded, mask).tolist() == [3, 1]
+        if not isinstance(mask, list) and mask.dtype != bool:
+            mask = mask.copy()
+            mask[1, 2] = 2
+            with pytest.raises(InputError, match=r"^mask\[1\]: holds 2(\.0)? at token 2; expected 0 or 1$"):
+                lengths_from_routing(padded, mask)
+    assert lengths_from_routing(padded).tolist() == [3, 3]
+
+
+def test_lengths_from_routing_per_sample_input_errors():
+    """A mask given with per-sample routing was ignored (replay() refuses it: a mask only
+    goes with a padded batch); a sample without a token axis raised an IndexError and a
+    ragged one numpy's ValueError."""
+    routing, _ = hand_routing()
+    with pytest.raises(InputError, match=r"^mask: is only used with a padded \[B, S, L, k\] batch$"):
+        lengths_from_routing(routing, [[1, 1, 1], [1, 0, 0]])
+    with pytest.raises(InputError, match=r"^routing\[1\]: must be \[T, L, k\], got shape \(\)$"):
+        lengths_from_routing([routing[0], 5])
+    with pytest.raises(InputError, match=r"^routing\[0\]: cannot be read as an array \(ValueError: "):
+        lengths_from_routing([[[[0, 1]], [[0]]]])
+    with pytest.raises(InputError, match=r"^routing: lengths need per-sample arrays or a padded batch, got shape \(2, 3\)$"):
+        lengths_from_routing(np.zeros((2, 3)))
+
+
 @pytest.mark.parametrize("bad", [0, -1, 4.5, True, "4", None, np.int64(0)])
 def test_num_experts_is_checked_by_the_shared_rules(bad):
     """Per-sample and padded routing reject a bad E with the one-line wording of

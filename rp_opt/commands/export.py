@@ -19,7 +19,10 @@ def register(sub) -> None:
                                       "microbatch lists)")
     p.add_argument("file", help="instance .npz the plan is for")
     p.add_argument("plan", help="plan .json")
-    p.add_argument("-o", "--output", required=True, metavar="OUT_PREFIX", help="writes OUT_PREFIX.json and OUT_PREFIX.npz")
+    p.add_argument("-o", "--output", required=True, metavar="OUT_PREFIX",
+                   help="writes OUT_PREFIX.json and OUT_PREFIX.npz: a path without extension whose directory "
+                        "exists (-o runs/step3 writes runs/step3.json and runs/step3.npz); an existing "
+                        "directory is refused, not written into or beside")
     p.add_argument("--previous", metavar="EXPORT.npz",
                    help="export of the placement in force: experts that stay on their rank keep their slot; "
                         "'identity' when slot e holds expert e (a trainer's first step); without it each "
@@ -47,6 +50,12 @@ def run(args) -> int:
     name = os.path.basename(args.output)
     require(name not in ("", ".", ".."), "-o", f"must end in a file name (the prefix of .json and .npz), "
                                                f"got {args.output!r}")
+    # -o DIR wrote DIR.json and DIR.npz beside the directory (-o /tmp: /tmp.json), surely
+    # not what was meant; a prefix inside it says where the files go
+    example = os.path.join(args.output, "export")
+    require(not os.path.isdir(args.output), "-o",
+            f"{args.output} is a directory; -o takes a file prefix (-o {example} writes {example}.json and "
+            f"{example}.npz)")
     for suffix in (".json", ".npz"):
         check_output(args.output + suffix, inputs={"window": args.file, "plan": args.plan})
     instance, path = open_instance(args.file)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
 
+from ..errors import require
 from ..io import save_instance
 from ..synth import SAMPLES_PER_CHUNK, generate
 from ._common import Progress, add_json, check_output, emit_json, int_arg, number_arg, seed_arg, write_reported
@@ -27,7 +29,9 @@ def register(sub) -> None:
     p.add_argument("--drift-steps", type=int_arg(0, MAX_COUNT), default=0,
                    help="policy updates of routing drift (default 0)")
     p.add_argument("--seed", type=seed_arg, default=0, help="random seed, an integer in [0, 2^31-1] (default 0)")
-    p.add_argument("-o", "--output", required=True, help="output .npz (its directory must exist)")
+    p.add_argument("-o", "--output", required=True,
+                   help="output .npz (its directory must exist; an existing file is refused unless --force)")
+    p.add_argument("--force", action="store_true", help="replace the -o file if it exists")
     add_json(p)
     p.set_defaults(run=run)
 
@@ -41,7 +45,6 @@ MAX_SKEW = 1000
 def _check_drift(args) -> None:
     """:class:`InputError` on ``--drift-steps`` when the drift walk (steps x L x E float64
     draws, summed at once) would need more memory than the generator allows."""
-    from ..errors import require
     from ..models import load_spec
     from ..synth import MAX_GENERATE_BYTES
 
@@ -58,6 +61,9 @@ def _check_drift(args) -> None:
 
 def run(args) -> int:
     check_output(args.output)
+    # a window may be a recorded replay that cannot be made again: never replaced unasked
+    require(args.force or not os.path.lexists(args.output), "-o",
+            f"{args.output} exists; pass --force to replace it")
     _check_drift(args)
     start = time.perf_counter()
     chunks = -(-args.samples // SAMPLES_PER_CHUNK)
