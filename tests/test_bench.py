@@ -3,8 +3,10 @@ plots, and every benchmark script's main() on tiny settings (CI runs them in sec
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
+import math
 import os
 import sys
 
@@ -13,6 +15,7 @@ import pytest
 
 from rp_opt.bench import Task, mean_std, run_tasks, suite, suite_names
 from rp_opt.bench.report import add_gaps, instance_summary, markdown, per_solver_rows
+from rp_opt.bench.suites import InstanceSpec
 from rp_opt.bench.stats import block_bootstrap_ci, kendall_tau, pm
 from rp_opt.errors import InputError
 
@@ -138,17 +141,87 @@ def test_process_pool_gives_the_same_records_as_in_process():
     assert [(r["instance"], r["solver"], r["score"]) for r in here] == [(r["instance"], r["solver"], r["score"]) for r in pool]
 
 
-def test_ray_local_mode():
+@pytest.fixture(scope="class")
+def local_ray():
+    """One local Ray (1 CPU) for the tests of :class:`TestRay`: starting it takes seconds."""
     ray = pytest.importorskip("ray", reason="ray is an optional extra (pip install 'rp-opt[ray]')")
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    try:
+    yield ray
+    ray.shutdown()
+
+
+@dataclasses.dataclass(frozen=True)
+class _DyingSpec(InstanceSpec):
+    """A spec whose build ends its worker process at once (as the OOM killer or a segfault
+    would), before the run can record anything."""
+
+    def build(self):
+        os._exit(3)
+
+
+def _dying(spec: InstanceSpec) -> _DyingSpec:
+    return _DyingSpec(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)})
+
+
+class TestRay:
+    """Runs on a local Ray (one start for the class)."""
+
+    def test_ray_local_mode(self, local_ray):
         tasks = [Task(s, "baseline") for s in suite("tiny")]
         records = run_tasks(tasks, ray_address="local")
-    finally:
-        ray.shutdown()
-    local = run_tasks(tasks)
-    assert [r["score"] for r in records] == [r["score"] for r in local]
-    assert all(r["valid"] for r in records)
+        local = run_tasks(tasks)
+        assert [r["score"] for r in records] == [r["score"] for r in local]
+        assert all(r["valid"] for r in records)
+
+    def test_a_ray_worker_that_dies_becomes_an_error_record(self, local_ray):
+        """A Ray worker that dies in its run: ray.get raised WorkerCrashedError (after three
+        retries, each dying again) and the whole bench was lost; now that run is an error
+        record naming the reason, at once, and the other runs are recorded as usual."""
+        spec = suite("tiny")[0]
+        tasks = [Task(_dying(spec), "baseline", time_limit=1.0), Task(spec, "baseline", time_limit=1.0)]
+        seen = []
+        # Ray's workers cannot import this test module: send _DyingSpec's code with the task
+        local_ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        try:
+            records = run_tasks(tasks, ray_address="local", on_record=seen.append)
+        finally:
+            local_ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+        assert len(records) == 2 and len(seen) == 2
+        dead, alive = records
+        assert dead["status"] == "error" and dead["valid"] is False
+        assert dead["error"].startswith("WorkerCrashedError: The worker died unexpectedly")
+        assert "\n" not in dead["error"]
+        assert dead["instance"] == spec.name and dead["solver"] == "baseline"
+        assert alive["valid"] and alive["status"] in ("optimal", "feasible")
+        add_gaps(records)
+        per_solver_rows(records)  # the report takes the error record
+
+
+def test_error_record_of_ray_exceptions():
+    """Ray's errors for a worker that died or a task that failed before run_task could
+    record it become one-line error records naming the type (Ray's task errors carry
+    terminal colours, the worker's process title and a traceback)."""
+    exceptions = pytest.importorskip("ray.exceptions", reason="ray is an optional extra")
+    from rp_opt.bench.runner import error_record
+
+    task = Task(suite("tiny")[0], "kk", label="kk-1")
+    task_error = exceptions.RayTaskError("run_task", "Traceback (most recent call last):\n  File x\nValueError: boom",
+                                         ValueError("boom\nsecond line"), proctitle="ray::run_task()", pid=1,
+                                         ip="127.0.0.1").as_instanceof_cause()
+    cases = [
+        (exceptions.WorkerCrashedError(),
+         "WorkerCrashedError: The worker died unexpectedly while executing this task."),
+        (exceptions.OutOfMemoryError("Task was killed due to the node running low on memory.\nMemory on the node ..."),
+         "OutOfMemoryError: Task was killed due to the node running low on memory."),
+        (exceptions.NodeDiedError("node 1 died"), "NodeDiedError: node 1 died"),
+        (task_error, "RayTaskError(ValueError): boom"),
+    ]
+    for exc, start in cases:
+        rec = error_record(task, exc)
+        assert rec["status"] == "error" and rec["valid"] is False and rec["solver"] == "kk-1"
+        assert rec["instance"] == task.spec.name and rec["time_limit"] == task.time_limit
+        assert rec["error"].startswith(start), rec["error"]
+        assert "\n" not in rec["error"] and "\x1b" not in rec["error"] and len(rec["error"]) <= 240
 
 
 # ---------------------------------------------------------------------------------------
@@ -414,6 +487,93 @@ def test_cli_bench_json(capsys):
     data = json.loads(capsys.readouterr().out)
     assert [r["solver"] for r in data["records"]] == ["baseline", "kk"]
     assert main(["bench", "nope"]) == 2
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seeds", "3,4,3"], "--seeds: 3 given twice"),
+    (["--seeds", "3, 03,4"], "--seeds: 3 given twice"),
+    (["--seeds", "5,5.0"], "--seeds: 5 given twice"),
+    (["--solvers", "baseline,kk,baseline"], "--solvers: 'baseline' given twice"),
+    (["--solvers", "kk, kk"], "--solvers: 'kk' given twice"),
+])
+def test_bench_refuses_a_seed_or_solver_given_twice(argv, message, capsys):
+    """A seed or solver named twice ran its runs twice (the run counts of the per-solver
+    table doubled, the per-instance table showed one of them): now bad input before
+    anything runs, one line naming the flag and the value, exit 2 (with --json also the
+    error object), the same for scripts/bench_gap.py and for suite() itself."""
+    from rp_opt.cli import main
+
+    base = ["bench", "tiny", "--solvers", "baseline", "--time-limit", "1", "--limit", "1"]
+    assert main(base + argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"error: {message}\n" and captured.out == ""
+    assert main(base + argv + ["--json"]) == 2
+    field, text = message.split(": ", 1)
+    assert json.loads(capsys.readouterr().out) == {"error": {"field": field, "message": text}}
+    script = ["--suite", "tiny", "--solvers", "baseline", "--time-limit", "1", "--limit", "1"]
+    assert load_script("bench_gap").main(script + argv) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+
+
+def test_suite_refuses_a_seed_given_twice():
+    with pytest.raises(InputError) as info:
+        suite("tiny", seeds=[1, 2, 1])
+    assert str(info.value) == "seeds: 1 given twice"
+    assert [s.seed for s in suite("tiny", seeds=[2, 1])] == [2, 1]
+
+
+def _strict_loads(text: str):
+    """json.loads that refuses NaN and Infinity (what strict JSON readers do)."""
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_write_outputs_writes_strict_json(tmp_path):
+    """json.dump wrote bare NaN / Infinity into the --out files, which strict readers
+    reject; every non-finite float (Python or numpy, in lists, tuples, arrays) is null."""
+    from rp_opt.bench.report import write_outputs
+
+    data = {"meta": {"wall_seconds": math.inf}, "records": [
+        {"gap": math.nan, "score_levels": (1.0, -math.inf), "bound": np.float64("nan"),
+         "seconds": np.float32(2.5), "counts": np.array([1.0, np.nan]), "N": np.int64(8), "note": None}]}
+    write_outputs(str(tmp_path), "x", {"t": (["a"], [[math.nan]])}, data)
+    written = _strict_loads((tmp_path / "x.json").read_text())
+    assert written == {"meta": {"wall_seconds": None}, "records": [
+        {"gap": None, "score_levels": [1.0, None], "bound": None, "seconds": 2.5, "counts": [1.0, None], "N": 8,
+         "note": None}]}
+    from rp_opt.bench.report import strict_json
+
+    assert strict_json(data) == written
+    assert "| - |" in (tmp_path / "x.md").read_text()
+
+
+def test_cli_bench_out_and_json_are_strict_json(tmp_path, monkeypatch, capsys):
+    """rp-opt bench --out DIR --json on a real run whose records hold a NaN and an
+    infinity (put there after the solver, as an overflowing measure would): the file and
+    stdout are strict JSON with null for them; the other fields are as measured."""
+    import rp_opt.bench.gap as gap
+    from rp_opt.cli import main
+
+    real = gap.run_tasks
+
+    def with_non_finite(tasks, **kwargs):
+        records = real(tasks, **kwargs)
+        records[0].update(gap=math.nan, build_seconds=math.inf)
+        return records
+
+    monkeypatch.setattr(gap, "run_tasks", with_non_finite)
+    out = tmp_path / "out"
+    assert main(["bench", "tiny", "--solvers", "baseline", "--time-limit", "1", "--limit", "1", "--out", str(out),
+                 "--json"]) == 0
+    printed = _strict_loads(capsys.readouterr().out)
+    written = _strict_loads((out / "bench_tiny.json").read_text())
+    for data in (printed, written):
+        (rec,) = data["records"]
+        assert rec["gap"] is None and rec["build_seconds"] is None
+        assert rec["valid"] and rec["score"] > 0 and rec["solver"] == "baseline"
+    assert written["records"] == printed["records"]
 
 
 def test_question_plan_names_the_reason():

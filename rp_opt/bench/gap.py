@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from ..errors import integer, number, require
 from .report import image_path, add_gaps, per_instance_rows, per_solver_rows, print_tables, write_outputs
 from .runner import Task, run_tasks
-from .suites import suite
+from .suites import require_unique, suite
 
 DEFAULT_SOLVERS = ("baseline", "kk", "lpt-ffd", "heuristic", "exact")
 
@@ -45,6 +45,10 @@ def tasks_from_args(args) -> list[Task]:
     checked by :mod:`rp_opt.errors` and stored back in ``args`` as float and ints (the
     script's parser gives them unchecked).
 
+    A seed or solver named twice is refused (``--seeds: 3 given twice``): it would run the
+    same runs twice, count them twice in the per-solver statistics, and the per-instance
+    table would show one of them.
+
     Raises
     ------
     InputError
@@ -59,11 +63,13 @@ def tasks_from_args(args) -> list[Task]:
     if args.seeds:
         seeds = [integer("--seeds", s, text=True, hint="each of the comma-separated seeds")
                  for s in args.seeds.split(",") if s.strip()]
+        require_unique("--seeds", seeds)
     specs = suite(args.suite, seeds)
     if args.limit:
         specs = specs[: args.limit]
     solvers = [s.strip() for s in args.solvers.split(",") if s.strip()]
     require(solvers, "--solvers", "names no solver")
+    require_unique("--solvers", solvers)
     from ..solvers import get_solver
 
     for name in solvers:

@@ -1,5 +1,6 @@
 """Gap tables from runner records: best bound per instance, gaps, per-solver summaries,
-markdown output."""
+markdown output, and the JSON files of the benchmarks (strict JSON: a NaN or an infinity
+is written as ``null``, see :func:`strict_json`)."""
 
 from __future__ import annotations
 
@@ -252,9 +253,51 @@ def per_solver_rows(records: list[dict], by_config: bool = False) -> tuple[list[
     return headers, rows
 
 
+def strict_json(value):
+    """``value`` ready for strict JSON: numpy values as Python ones, tuples as lists, keys
+    as strings, and every NaN or infinity as None.
+
+    ``json.dump`` writes a non-finite float as a bare ``NaN`` or ``Infinity``, which is not
+    JSON: strict readers (``jq``, JavaScript's ``JSON.parse``, most languages' parsers)
+    reject the whole file. ``null`` is what ``rp-opt ... --json`` prints for them too.
+
+    Parameters
+    ----------
+    value
+        Dicts, lists, tuples, numpy arrays and scalars, and plain values, nested.
+
+    Returns
+    -------
+    object
+        The same structure with only JSON's own types where it had numbers and containers
+        (other objects are left as they are).
+    """
+    value = _jsonable(value)
+
+    def finite(item):
+        if isinstance(item, dict):
+            return {key: finite(v) for key, v in item.items()}
+        if isinstance(item, list):
+            return [finite(v) for v in item]
+        if isinstance(item, float) and not math.isfinite(item):
+            return None
+        return item
+
+    return finite(value)
+
+
 def write_outputs(out_dir: str, name: str, tables: dict[str, tuple[list[str], list[list]]], data: dict,
                   preamble: str = "") -> str:
-    """Write ``name.md`` (the tables) and ``name.json`` (``data``) into ``out_dir``; returns the md path."""
+    """Write ``name.md`` (the tables) and ``name.json`` (``data``) into ``out_dir``.
+
+    The JSON file is strict JSON (:func:`strict_json`): NaN and infinities are ``null``;
+    an object JSON has no type for is written as its ``str``.
+
+    Returns
+    -------
+    str
+        The path of the markdown file.
+    """
     os.makedirs(out_dir, exist_ok=True)
     parts = [preamble.strip()] if preamble.strip() else []
     for title, (headers, rows) in tables.items():
@@ -263,7 +306,8 @@ def write_outputs(out_dir: str, name: str, tables: dict[str, tuple[list[str], li
     with open(md_path, "w") as handle:
         handle.write("\n\n".join(parts) + "\n")
     with open(os.path.join(out_dir, f"{name}.json"), "w") as handle:
-        json.dump(_jsonable(data), handle, indent=1, default=str)
+        # allow_nan=False: a non-finite float that strict_json missed fails here, not in a reader
+        json.dump(strict_json(data), handle, indent=1, default=str, allow_nan=False)
     return md_path
 
 

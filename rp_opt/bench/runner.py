@@ -9,11 +9,17 @@ Parallelism: ``workers <= 1`` runs in this process (deterministic order, easy to
 otherwise a ``concurrent.futures.ProcessPoolExecutor``; with ``ray_address`` the tasks go
 to a Ray cluster (``pip install rp-opt[ray]``; ``"local"`` starts a local Ray with
 ``workers`` CPUs, any other value is passed to ``ray.init(address=...)``).
+
+A run whose worker gives no record (a pool process or Ray worker that died: killed for
+memory, a segfault; a task that could not be sent or unpacked) becomes an error record of
+that run (:func:`error_record`), as a crashing solver does; the other runs go on. Ray
+does not retry a run whose worker died (``max_retries=0``), as the pool does not.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -104,6 +110,44 @@ def _record_head(task: Task) -> dict:
             "objective": task.objective, "time_limit": task.time_limit}
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the process title of its task errors
+_LONGEST_REASON = 200  # characters of an exception's text kept in an error record
+
+
+def error_record(task: Task, exc: BaseException) -> dict:
+    """The record of ``task`` when its worker gave none: ``status='error'``, ``valid=False``
+    and ``error``, one line naming the exception.
+
+    Parameters
+    ----------
+    task
+        The run whose record is missing.
+    exc
+        What fetching its record raised: ``BrokenProcessPool`` (a pool process died),
+        Ray's ``WorkerCrashedError``, ``OutOfMemoryError``, ``NodeDiedError`` and the like,
+        or a ``RayTaskError`` (the task failed in the worker before :func:`run_task` could
+        record it, e.g. unpacking its arguments).
+
+    Returns
+    -------
+    dict
+        The task's head fields (instance, solver, ...) and ``error`` as
+        ``<type>: <first line of its message>``; for a ``RayTaskError`` the message is its
+        cause's (its own text starts with the worker's process title and holds a traceback).
+    """
+    cause = getattr(exc, "cause", None)
+    text = _ANSI.sub("", str(cause if isinstance(cause, BaseException) else exc))
+    lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+    reason = lines[0] if lines else ""
+    if len(reason) > _LONGEST_REASON:
+        reason = reason[:_LONGEST_REASON - 3] + "..."
+    # the whole text (a worker's traceback) only in the debug log: a record's error is one line
+    log.debug("bench: %s %s: no record from its worker: %s", task.spec.name, task.label or task.solver,
+              _ANSI.sub("", str(exc)))
+    return {**_record_head(task), "status": "error", "valid": False,
+            "error": f"{type(exc).__name__}: {reason}" if reason else type(exc).__name__}
+
+
 def run_task(task: Task) -> dict:
     """Run one task and return its record (never raises: failures become ``status='error'``)."""
     from ..check import check
@@ -181,6 +225,8 @@ def check_ray_address(address: str) -> str:
 
 
 def _ray_run(tasks: list[Task], address: str, workers: int, on_record) -> list[dict]:
+    """:func:`run_tasks` on Ray: one remote call per task, records in task order (a run
+    whose worker died: :func:`error_record`)."""
     check_ray_address(address)
     try:
         import ray
@@ -195,19 +241,33 @@ def _ray_run(tasks: list[Task], address: str, workers: int, on_record) -> list[d
         except (ValueError, ConnectionError, RuntimeError, TimeoutError) as exc:
             reason = " ".join(str(exc).split())[:200]
             raise InputError("--ray", f"cannot start or reach Ray at {address!r} ({type(exc).__name__}: {reason})") from None
+    out: list[dict | None] = [None] * len(tasks)
+
+    def arrived(k: int, record: dict) -> None:
+        out[k] = record
+        if on_record:
+            on_record(record)
+
     refs = {}
     for k, task in enumerate(tasks):
-        remote = ray.remote(num_cpus=max(1, task.threads))(run_task)
-        refs[remote.remote(task)] = k
-    out: list[dict | None] = [None] * len(tasks)
+        # no retry of a run whose worker died: the death (killed for memory, a segfault) is
+        # the run's result, recorded at once as with the process pool; a retry would spend
+        # the time limit again, as often as Ray retries, to die the same way
+        remote = ray.remote(num_cpus=max(1, task.threads), max_retries=0)(run_task)
+        try:
+            refs[remote.remote(task)] = k
+        except Exception as exc:  # a task that cannot be sent (pickled): its run fails, not the bench
+            arrived(k, error_record(task, exc))
     pending = list(refs)
     while pending:
         done, pending = ray.wait(pending, num_returns=1)
         for ref in done:
-            record = ray.get(ref)
-            out[refs[ref]] = record
-            if on_record:
-                on_record(record)
+            k = refs[ref]
+            try:
+                record = ray.get(ref)
+            except Exception as exc:  # the worker died (WorkerCrashedError, OutOfMemoryError, ...)
+                record = error_record(tasks[k], exc)
+            arrived(k, record)
     return out
 
 
@@ -225,6 +285,12 @@ def run_tasks(tasks: list[Task], *, workers: int = 1, ray_address: str | None = 
         Run on Ray instead (``"local"`` or a cluster address).
     on_record
         Called with every record as it arrives (a progress bar).
+
+    Returns
+    -------
+    list of dict
+        One record per task; a run whose worker died (or that could not be sent to one) is
+        an error record (:func:`error_record`) instead of an exception that loses them all.
     """
     tasks = list(tasks)
     if ray_address:
@@ -244,8 +310,7 @@ def run_tasks(tasks: list[Task], *, workers: int = 1, ray_address: str | None = 
             try:
                 out[k] = future.result()
             except Exception as exc:  # a worker that died (killed for memory) or a task that cannot be sent
-                out[k] = {**_record_head(tasks[k]), "status": "error", "valid": False,
-                          "error": f"{type(exc).__name__}: {exc}"}
+                out[k] = error_record(tasks[k], exc)
             if on_record:
                 on_record(out[k])
     return out

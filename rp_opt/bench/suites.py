@@ -166,10 +166,39 @@ def suite_names() -> list[str]:
 
 
 def suite(name: str, seeds=None) -> list[InstanceSpec]:
-    """The specs of suite ``name`` (``seeds`` replaces the suite's default seeds)."""
+    """The specs of suite ``name`` (``seeds`` replaces the suite's default seeds).
+
+    Raises
+    ------
+    InputError
+        On ``suite`` for an unknown name; on ``seeds`` for a seed given twice (the same
+        instance twice: its runs would count twice).
+    """
     if name not in _SUITES:
         raise InputError("suite", f"unknown suite {name!r}; known: {', '.join(_SUITES)}")
-    return _SUITES[name]() if seeds is None else _SUITES[name](tuple(seeds))
+    if seeds is None:
+        return _SUITES[name]()
+    seeds = tuple(seeds)
+    require_unique("seeds", seeds)
+    return _SUITES[name](seeds)
+
+
+def require_unique(field: str, values) -> None:
+    """:class:`InputError` on ``field`` naming the first value that ``values`` holds twice
+    (``--seeds: 3 given twice``).
+
+    Parameters
+    ----------
+    field
+        Name of the input (``--seeds``, ``--solvers``, ``seeds``).
+    values
+        The input's items, as read (seeds as integers, so ``3`` and ``3.0`` are the same).
+    """
+    seen = set()
+    for value in values:
+        if value in seen:
+            raise InputError(field, f"{value!r} given twice")
+        seen.add(value)
 
 
 def add_window_arguments(parser) -> None:

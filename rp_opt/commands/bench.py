@@ -17,9 +17,10 @@ def register(sub) -> None:
 
     p = sub.add_parser("bench", help="run a benchmark suite: gap to the best bound, seconds, per solver")
     p.add_argument("suite", help="tiny, small, medium or production")
-    p.add_argument("--solvers", default=",".join(DEFAULT_SOLVERS), help="comma-separated solver names")
+    p.add_argument("--solvers", default=",".join(DEFAULT_SOLVERS),
+                   help="comma-separated solver names, each at most once")
     p.add_argument("--seeds", type=seeds_arg, default=None,
-                   help="comma-separated seeds, integers in [0, 2^31-1] (default: the suite's)")
+                   help="comma-separated seeds, integers in [0, 2^31-1], each at most once (default: the suite's)")
     p.add_argument("--time-limit", type=seconds_arg, default=10.0, help="seconds per solver run (default 10)")
     p.add_argument("--objective", default="sync", help="shard, sync (the default), or another registered objective")
     p.add_argument("--workers", type=int_arg(1), default=1, help="local processes, >= 1 (default 1)")
@@ -28,7 +29,8 @@ def register(sub) -> None:
                    help="run on Ray ('local', 'auto' or a cluster address HOST:PORT)")
     p.add_argument("--limit", type=int_arg(0), default=None,
                    help="only the first LIMIT instances (>= 0; 0 means all, the default)")
-    p.add_argument("--out", metavar="DIR", help="write bench_SUITE.md / .json (and a gap plot) here (created if missing)")
+    p.add_argument("--out", metavar="DIR", help="write bench_SUITE.md / .json (and a gap plot) here (created if "
+                                                 "missing); the .json is strict JSON, NaN and infinities as null")
     p.add_argument("--img", metavar="DIR", help="write the gap plot here (default OUT/img; also without --out)")
     p.add_argument("--progress", action="store_true", help="show the progress bar even when stderr is not a terminal")
     add_json(p)
