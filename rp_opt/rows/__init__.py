@@ -21,7 +21,9 @@ Pipeline (each stage only while the bounds are open, within the time limit):
    of the time; an infeasible K raises the lower bound to K + 1 and the loop repeats.
    Without a graph (too large): the bin-emptying LNS and the CP-SAT assignment model.
 
-Every packing is verified (capacity, item limit) before it counts.
+Every packing is verified (capacity, item limit) before it counts. No stage has a floor on
+its time, and model builds count against the limit (:mod:`.clock`): a stage that cannot
+finish in the time left is skipped, so time_limit 0 gives the certificate of step 1 at once.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ..solution import Layout
 from ..window import Cluster, Window
 from . import arcflow, bounds, cpsat, heuristics, lns, rounding
 from .bounds import cardinality_bound, l2_bound
+from .clock import OutOfTime
 
 __all__ = ["RowCertificate", "certify_rows", "certify_bins", "certify_seconds", "empty_cells", "row_count_reason",
            "read_bpplib"]
@@ -223,7 +226,8 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
     max_items
         m, or None.
     time_limit
-        Seconds for the whole certification (bounds and heuristics always run).
+        Seconds for the whole certification (bounds, FFD and BFD always run; with 0 nothing
+        else does, and the exact stages are skipped or cut short rather than run past it).
     exact
         ``auto`` (CP-SAT on the arc-flow graph when it is small enough, else the CP-SAT
         assignment model), ``arcflow`` (the former only), ``cpsat`` (the latter only),
@@ -286,20 +290,31 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
         return _ceil_div(s.lower, d) * d > n
 
     graph = None
-    if not closed() and not proven_infeasible() and exact in ("auto", "arcflow", "highs"):
+    # with no time left (time_limit 0 or spent by the heuristics) the certificate is the
+    # bounds and heuristics above: no stage below may start and run past the deadline
+    if (not closed() and not proven_infeasible() and exact in ("auto", "arcflow", "highs")
+            and time.perf_counter() < deadline):
         if arcflow.estimate_work(lengths, c, m) <= ARCFLOW_MAX_WORK:
             t0 = time.perf_counter()
             try:
-                graph = arcflow.build_graph(lengths, c, m, max_arcs=ARCFLOW_MAX_ARCS)
+                graph = arcflow.build_graph(lengths, c, m, max_arcs=ARCFLOW_MAX_ARCS, deadline=deadline)
             except arcflow.GraphTooLarge:
                 graph = None
+            except OutOfTime:
+                graph = None
+                s.stats.setdefault("skipped", []).append("arc-flow graph: deadline passed while building it")
             s.stats["graph"] = None if graph is None else {"nodes": int(graph.nodes.size), "arcs": graph.num_arcs,
                                                            "seconds": time.perf_counter() - t0}
         if graph is not None:
-            lp = arcflow.lp_bound(graph, max(deadline - time.perf_counter(), 0.5))
+            # no floor on the LP's time (a 0.5-s floor ran time_limit 0 to 0.5 s and more);
+            # lp_bound does not start an LP that cannot finish, nor wait for a late bound
+            left = deadline - time.perf_counter()
+            lp = arcflow.lp_bound(graph, left)
             if lp is not None:
                 s.stats["arcflow_lp"] = {"value": lp.value, "bound": lp.bound, "seconds": lp.seconds}
                 s.raise_lower(lp.bound, "arc-flow LP")
+            else:
+                s.stats["arcflow_lp"] = {"unsolved": f"{max(left, 0.0):.3f} s left for {graph.num_arcs} arcs"}
 
     # bin-oriented LNS toward K = ceil(lower / D) D bins, where no arc-flow graph (and so no
     # LP diving) is available (a short share of the time)
@@ -335,6 +350,8 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
         if graph is not None:
             # K bins waste exactly K C - sum T in all: no bin may waste more (arcflow.prune)
             pruned = arcflow.prune(graph, target * c - total)
+            if time.perf_counter() >= deadline:
+                break                                    # pruning a large graph used the last of the time
             if exact == "auto" and pruned.arc_tail.size <= MIP_MAX_ARCS:
                 # a short HiGHS MIP first: where the LP bound is not tight, no dive can reach
                 # K bins, and diving spent half the time limit before the MIP proved it (Scholl
@@ -373,8 +390,11 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
                 break
             left = deadline - time.perf_counter()
         hint = None
-        if pruned is not None and s.packing is not None:
+        if pruned is not None and s.packing is not None and left > 0:
             hint = arcflow.hint_from_bins(pruned, lengths, s.packing)
+            left = deadline - time.perf_counter()       # the exact models' budgets end at the deadline
+        if left <= 0:
+            break                                        # diving used the time: no exact model past the deadline
         if graph is not None and exact == "highs":
             res = arcflow.solve_mip(pruned, lengths, left, min_bins=s.lower, max_bins=target, hint=hint)
             s.stats.setdefault("arcflow_mip", []).append({"target": target, "status": res.status, "seconds": res.seconds})

@@ -24,6 +24,7 @@ import scipy.sparse as sp
 
 from .._cpsat import solve
 from .._highs import silence_banner
+from .clock import OutOfTime, cpsat_deadline, past, ticking
 
 silence_banner()  # the banner would go to stdout (see rp_opt._highs)
 
@@ -32,6 +33,18 @@ log = logging.getLogger("rp_opt")
 
 class GraphTooLarge(RuntimeError):
     """The arc-flow graph would exceed the configured size."""
+
+
+# Fixed cost of an arc-flow LP before HiGHS first reads its clock (the model's arrays,
+# passModel, the start of its solve), measured 0.7-8 us per arc (2.2 s for a 3.3M-arc graph,
+# 0.1 s for hard28's 40k arcs), while no LP of a BPPLIB sample finished in under 7 us per
+# arc: an LP given less than this per arc cannot finish and would only run past its time
+# limit (see lp_fits)
+LP_SECONDS_PER_ARC = 2e-6
+# The knapsack DP that certifies the LP bound touches up to sum_j K_j (C + 1)(m + 1) cells at
+# about 4 ns each (0.21 s for 55M cells at C = 10^6, where the graph took 0.02 s to build):
+# lp_bound keeps its share back from the LP
+KNAPSACK_SECONDS_PER_CELL = 4e-9
 
 
 @dataclass
@@ -92,8 +105,9 @@ def estimate_work(lengths: np.ndarray, capacity: int, max_items: int | None) -> 
 
 
 def build_graph(lengths: np.ndarray, capacity: int, max_items: int | None = None,
-                max_arcs: int = 3_000_000) -> ArcFlowGraph:
-    """Build the compressed graph; :class:`GraphTooLarge` beyond ``max_arcs`` arcs."""
+                max_arcs: int = 3_000_000, deadline: float | None = None) -> ArcFlowGraph:
+    """Build the compressed graph; :class:`GraphTooLarge` beyond ``max_arcs`` arcs,
+    :class:`OutOfTime` once ``time.perf_counter()`` passes ``deadline`` (None: no deadline)."""
     sizes, demand = size_classes(lengths)
     c = int(capacity)
     width = 1 if max_items is None else int(max_items) + 1
@@ -110,6 +124,10 @@ def build_graph(lengths: np.ndarray, capacity: int, max_items: int | None = None
         shift = w * width + (1 if width > 1 else 0)      # flat offset of one item arc
         src = None
         for _ in range(k):
+            # each step touches (C + 1)(m + 1) cells: up to 0.2 s per graph near
+            # ARCFLOW_MAX_WORK, so a short time limit is checked between steps
+            if past(deadline):
+                raise OutOfTime("arc-flow graph build passed its deadline")
             src = reach & valid
             heads = np.zeros_like(reach)
             heads.ravel()[np.flatnonzero(src) + shift] = True
@@ -218,18 +236,33 @@ def _model(graph: ArcFlowGraph, integral: bool, min_bins: int = 0, max_bins: flo
     return lp
 
 
+def lp_fits(graph: ArcFlowGraph, seconds: float) -> bool:
+    """Whether an LP on ``graph`` can finish in ``seconds``: more than its fixed cost,
+    :data:`LP_SECONDS_PER_ARC` per arc (model arrays and HiGHS' set-up are not timed)."""
+    return seconds > LP_SECONDS_PER_ARC * graph.num_arcs
+
+
 def _highs(time_limit: float) -> highspy.Highs:
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
+    # no floor (a floor ran every solve past the caller's deadline): HiGHS refuses a
+    # negative limit, and with 0 it stops at its first clock check
+    h.setOptionValue("time_limit", float(max(time_limit, 0.0)))
     h.setOptionValue("threads", 1)
     return h
 
 
-def max_pattern_weight(graph: ArcFlowGraph, weights: np.ndarray) -> int:
+def knapsack_cells(graph: ArcFlowGraph) -> int:
+    """Cells the DP of :func:`max_pattern_weight` touches at most: sum_j K_j (C + 1)(m + 1)."""
+    return int(graph.copies.sum()) * (int(graph.capacity) + 1) * int(graph.width)
+
+
+def max_pattern_weight(graph: ArcFlowGraph, weights: np.ndarray, deadline: float | None = None) -> int:
     """max sum_j weights_j x_j over bins: sum w_j x_j <= C, x_j <= K_j, sum x_j <= m.
 
     Exact bounded-knapsack DP in int64: best[u, c] = best weight of size <= u, count <= c.
+    :class:`~.clock.OutOfTime` once ``time.perf_counter()`` passes ``deadline`` (checked
+    between steps of (C + 1)(m + 1) cells; None: no deadline).
     """
     c = graph.capacity
     width = graph.width
@@ -239,6 +272,8 @@ def max_pattern_weight(graph: ArcFlowGraph, weights: np.ndarray) -> int:
         if y <= 0 or k == 0:
             continue
         for _ in range(k):
+            if past(deadline):
+                raise OutOfTime("knapsack DP passed its deadline")
             cand = best[: c + 1 - w, : width - step] + y
             region = best[w:, step:]
             grown = np.maximum(region, cand)
@@ -256,9 +291,19 @@ class LPBound:
 
 
 def lp_bound(graph: ArcFlowGraph, time_limit: float) -> LPBound | None:
-    """Solve the LP relaxation; certify ceil(sum b_j y_j / M) from its duals (see module doc)."""
+    """Solve the LP relaxation; certify ceil(sum b_j y_j / M) from its duals (see module doc).
+
+    ``time_limit`` covers both: the LP gets what the DP's estimated share leaves
+    (:data:`KNAPSACK_SECONDS_PER_CELL`). None when the LP is not solved, when its time is
+    below its untimed fixed cost (:func:`lp_fits`: not started), or when the DP passes the
+    limit (a bound found after the deadline is not waited for).
+    """
     start = time.perf_counter()
-    h = _highs(time_limit)
+    deadline = start + float(time_limit)
+    lp_seconds = float(time_limit) - KNAPSACK_SECONDS_PER_CELL * knapsack_cells(graph)
+    if not lp_fits(graph, lp_seconds):
+        return None
+    h = _highs(lp_seconds)
     # arc-flow LPs are very degenerate: interior point without crossover is several times
     # faster than simplex, and the bound below needs no basic (vertex) duals
     h.setOptionValue("solver", "ipm")
@@ -275,7 +320,11 @@ def lp_bound(graph: ArcFlowGraph, time_limit: float) -> LPBound | None:
         return LPBound(value, 0, time.perf_counter() - start)
     # integer duals: any y >= 0 gives B >= sum b y / max-pattern(y); scaling keeps ~30 bits
     y = np.floor(duals * ((1 << 30) / duals.max())).astype(np.int64)
-    heaviest = max_pattern_weight(graph, y)
+    try:
+        heaviest = max_pattern_weight(graph, y, deadline)
+    except OutOfTime:
+        log.debug("rows: LP bound %.3f not certified within %.3f s", value, time_limit)
+        return None
     total = int(np.dot(graph.demand.astype(object), y.astype(object)))
     bound = -(-total // heaviest) if heaviest > 0 else 0
     return LPBound(value, int(bound), time.perf_counter() - start)
@@ -413,36 +462,22 @@ def cpsat_decide(graph: ArcFlowGraph, lengths: np.ndarray, max_bins: int, time_l
     start = time.perf_counter()
     nodes = graph.nodes
     n_item = graph.arc_tail.size
-    tail = np.searchsorted(nodes, graph.arc_tail)
-    head = np.searchsorted(nodes, graph.arc_head)
-    model = cp_model.CpModel()
-    cap = np.minimum(graph.demand[graph.arc_type], max_bins)
-    x = [model.new_int_var(0, int(u), "") for u in cap.tolist()]
-    # loss arcs only from nodes filled to >= min_fill (a pruned graph, see prune)
-    loss_cap = np.where(nodes[1:] // graph.width >= graph.min_fill, int(max_bins), 0)
-    loss = [model.new_int_var(0, int(u), "") for u in loss_cap.tolist()]
-    into: list[list] = [[] for _ in range(nodes.size)]
-    out: list[list] = [[] for _ in range(nodes.size)]
-    for a in range(n_item):
-        out[tail[a]].append(x[a])
-        into[head[a]].append(x[a])
-    for v in range(1, nodes.size):
-        # flow conservation: sum_in x = sum_out x + loss_v
-        model.add(sum(into[v]) == sum(out[v]) + loss[v - 1])
-    # bins: sum of flow leaving the source <= K
-    model.add(sum(out[0]) <= int(max_bins))
-    # waste: a bin closed at partial sum u wastes C - u, and K bins waste at most K C - sum T
-    room = graph.capacity - nodes[1:] // graph.width
-    slack = int(max_bins) * graph.capacity - int(np.sum(lengths, dtype=np.int64))
-    model.add(sum(int(r) * v for r, v in zip(room.tolist(), loss) if r > 0) <= slack)
-    for j in range(graph.sizes.size):
-        # demand: sum_{arcs of size j} x >= b_j
-        model.add(sum(x[a] for a in np.flatnonzero(graph.arc_type == j).tolist()) >= int(graph.demand[j]))
-    if hint is not None:
-        for a in range(n_item):
-            model.add_hint(x[a], int(min(hint[a], cap[a])))
+    # the build is Python loops over the arcs (hard28: 0.17 s for 40k, where CP-SAT was
+    # given 0.09 s): not started when it cannot fit, abandoned when the clock runs out
+    deadline = cpsat_deadline(start, float(time_limit), n_item + nodes.size)
+    if deadline is None:
+        log.debug("rows: arc-flow CP-SAT model of %d arcs skipped, %.3f s left", n_item, time_limit)
+        return DecideResult("unknown", None, time.perf_counter() - start)
+    try:
+        model, x, loss = _flow_model(graph, lengths, max_bins, hint, deadline)
+    except OutOfTime:
+        log.debug("rows: arc-flow CP-SAT model of %d arcs not built in %.3f s", n_item, time_limit)
+        return DecideResult("unknown", None, time.perf_counter() - start)
+    left = deadline - time.perf_counter()
+    if left <= 0:
+        return DecideResult("unknown", None, time.perf_counter() - start)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(float(time_limit), 0.01)
+    solver.parameters.max_time_in_seconds = left
     solver.parameters.num_workers = workers
     code = solve(solver, model)
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -452,3 +487,49 @@ def cpsat_decide(graph: ArcFlowGraph, lengths: np.ndarray, max_bins: int, time_l
         return DecideResult("feasible", decompose(graph, flow, lengths), time.perf_counter() - start)
     status = "infeasible" if code == cp_model.INFEASIBLE else "unknown"
     return DecideResult(status, None, time.perf_counter() - start)
+
+
+def _flow_model(graph: ArcFlowGraph, lengths: np.ndarray, max_bins: int, hint: np.ndarray | None,
+                deadline: float | None):
+    """The CP-SAT model of :func:`cpsat_decide`: ``(model, item-arc vars, loss vars)``.
+
+    Its loops run through :func:`~.clock.ticking`, so a build that passes ``deadline``
+    raises :class:`~.clock.OutOfTime` instead of running on.
+    """
+    from ortools.sat.python import cp_model
+
+    nodes = graph.nodes
+    n_item = graph.arc_tail.size
+    tail = np.searchsorted(nodes, graph.arc_tail)
+    head = np.searchsorted(nodes, graph.arc_head)
+    model = cp_model.CpModel()
+    cap = np.minimum(graph.demand[graph.arc_type], max_bins)
+    x = [model.new_int_var(0, int(u), "") for u in ticking(cap.tolist(), deadline)]
+    # loss arcs only from nodes filled to >= min_fill (a pruned graph, see prune)
+    loss_cap = np.where(nodes[1:] // graph.width >= graph.min_fill, int(max_bins), 0)
+    loss = [model.new_int_var(0, int(u), "") for u in ticking(loss_cap.tolist(), deadline)]
+    into: list[list] = [[] for _ in range(nodes.size)]
+    out: list[list] = [[] for _ in range(nodes.size)]
+    for a, t, h in ticking(zip(range(n_item), tail.tolist(), head.tolist()), deadline):
+        out[t].append(x[a])
+        into[h].append(x[a])
+    for v in ticking(range(1, nodes.size), deadline):
+        # flow conservation: sum_in x = sum_out x + loss_v
+        model.add(sum(into[v]) == sum(out[v]) + loss[v - 1])
+    # bins: sum of flow leaving the source <= K
+    model.add(sum(out[0]) <= int(max_bins))
+    # waste: a bin closed at partial sum u wastes C - u, and K bins waste at most K C - sum T
+    room = graph.capacity - nodes[1:] // graph.width
+    slack = int(max_bins) * graph.capacity - int(np.sum(lengths, dtype=np.int64))
+    model.add(sum(int(r) * v for r, v in zip(room.tolist(), loss) if r > 0) <= slack)
+    # arcs grouped by size (stable: ascending arc index within a size, as one scan per size
+    # gave, without its k passes over all arcs)
+    by_type = np.argsort(graph.arc_type, kind="stable")
+    ends = np.searchsorted(graph.arc_type[by_type], np.arange(graph.sizes.size + 1))
+    for j in ticking(range(graph.sizes.size), deadline, every=16):
+        # demand: sum_{arcs of size j} x >= b_j
+        model.add(sum(x[a] for a in by_type[ends[j]:ends[j + 1]].tolist()) >= int(graph.demand[j]))
+    if hint is not None:
+        for a in ticking(range(n_item), deadline):
+            model.add_hint(x[a], int(min(hint[a], cap[a])))
+    return model, x, loss

@@ -37,8 +37,10 @@ def reduce_bins(lengths: np.ndarray, capacity: int, max_items: int | None, bin_o
         pick = np.concatenate([low, rng.choice(rest, size=min(k - low.size, rest.size), replace=False)])
         members = np.flatnonzero(np.isin(bin_of, pick))
         left = deadline - time.perf_counter()
+        if left <= 0:
+            break                                       # no floor: a try would end past the deadline
         res = cpsat.fits_in_bins(lengths[members], capacity, pick.size - 1, max_items,
-                                 time_limit=min(0.2, max(left, 0.01)), workers=1)
+                                 time_limit=min(0.2, left), workers=1)
         tries += 1
         stats["tries"] = tries
         stats[res.status] = stats.get(res.status, 0) + 1

@@ -19,6 +19,7 @@ import highspy
 import numpy as np
 
 from . import arcflow
+from .clock import OutOfTime
 
 EPS = 1e-6
 SIMPLEX_MAX_ARCS = 10_000
@@ -26,9 +27,12 @@ SIMPLEX_MAX_ARCS = 10_000
 
 def lp_flow(graph: arcflow.ArcFlowGraph, max_bins: int, time_limit: float) -> np.ndarray | None:
     """An optimum of the arc-flow LP with at most ``max_bins`` bins: the flow on item arcs
-    then loss arcs, or None when not solved. Simplex (a vertex: fewer fractional paths) on
+    then loss arcs, or None when not solved (or ``time_limit`` is below the LP's untimed
+    fixed cost, :func:`.arcflow.lp_fits`). Simplex (a vertex: fewer fractional paths) on
     small graphs; interior point with crossover (still a vertex) on large ones, where the
     degenerate simplex takes many seconds (hard28: 8-30 s against about 3 s)."""
+    if not arcflow.lp_fits(graph, time_limit):
+        return None
     h = arcflow._highs(time_limit)
     if graph.arc_tail.size > SIMPLEX_MAX_ARCS:
         h.setOptionValue("solver", "ipm")
@@ -143,7 +147,9 @@ def dive(graph: arcflow.ArcFlowGraph, lengths: np.ndarray, max_bins: int, deadli
         if bins_left <= 0 or waste < 0:
             return None
         g = arcflow.prune(_restrict(graph, demand), waste)
-        flow = lp_flow(g, bins_left, max(deadline - time.perf_counter(), 0.05))
+        # no floor on the LP's time (0.05 s ran dives past the deadline); lp_flow declines an
+        # LP that cannot finish in the time left
+        flow = lp_flow(g, bins_left, deadline - time.perf_counter())
         steps += 1
         stats["lp_solves"] = stats.get("lp_solves", 0) + 1
         if flow is None:
@@ -200,8 +206,8 @@ def repair(graph: arcflow.ArcFlowGraph, lengths: np.ndarray, max_bins: int, stat
     if waste < 0 or bins_left <= 0 or left <= 0.02:
         return None
     try:
-        sub = arcflow.build_graph(res_lengths, c, graph.max_items, max_arcs=4 * max_arcs)
-    except arcflow.GraphTooLarge:
+        sub = arcflow.build_graph(res_lengths, c, graph.max_items, max_arcs=4 * max_arcs, deadline=deadline)
+    except (arcflow.GraphTooLarge, OutOfTime):
         return None
     sub = arcflow.prune(sub, waste)
     if sub.arc_tail.size > max_arcs:
