@@ -970,7 +970,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     seeds_deadline = None if options.get("temperatures") is not None else started + 0.6 * time_limit
     rules = options.get("seeds")
     if rules is None:
-        rules = ["witness", "ffd", "kk", "blocks", "blocks-kk"]
+        rules = ["witness", "ffd", "blocks", "kk", "blocks-kk"]
         # the expert-aware greedy costs O(N R G L P): only when it takes at most half the
         # budget. It is the best seed on the production windows of scripts/bench_heuristic.py
         # (docs/benchmarks.md: N = 4096 at 5 s, 0.55 % above the bound with it, 0.72 %
