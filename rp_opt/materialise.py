@@ -19,6 +19,7 @@ The same plan runs in every EDP shard at once (every shard holds the same placem
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -229,7 +230,8 @@ def apply_transfers(current: Placement, transfers) -> Placement:
         The placement the transfers start from.
     transfers
         A sequence of :class:`Transfer` or of (layer, expert, src, dst[, bytes]) sequences
-        (e.g. ``MigrationPlan.to_dict()["transfer_list"]`` read back from JSON). Every
+        (e.g. ``MigrationPlan.to_dict()["transfer_list"]`` read back from JSON, or an
+        array or torch tensor [M, 4 or 5] of them, a field being a 0-d tensor). Every
         field is an integer under the rules of :func:`rp_opt.errors.integer`: an integral
         float such as 2.0 counts as 2; a fractional (1.5), non-finite, boolean or
         non-numeric value is refused, never cut to an integer.
@@ -246,15 +248,16 @@ def apply_transfers(current: Placement, transfers) -> Placement:
     ranks = np.array(current.ranks, copy=True)
     moved = set()
     require(not isinstance(transfers, (str, bytes, dict)) and hasattr(transfers, "__iter__")
-            and not (isinstance(transfers, np.ndarray) and transfers.ndim == 0), "transfers",
+            and getattr(transfers, "ndim", 1) != 0, "transfers",  # a 0-d array or tensor
             f"must be a sequence of transfers, got {type(transfers).__name__}")
     for i, t in enumerate(transfers):
         field = f"transfers[{i}]"
         require(not isinstance(t, (str, bytes, dict)) and hasattr(t, "__getitem__") and _size(t) in (4, 5), field,
                 f"must be (layer, expert, src, dst[, bytes]), got {_shown(t)}")
-        layer, expert, src, dst = (integer(f"{field}.{name}", t[j]) for j, name in enumerate(_TRANSFER_FIELDS[:4]))
+        layer, expert, src, dst = (integer(f"{field}.{name}", _scalar(t[j]))
+                                   for j, name in enumerate(_TRANSFER_FIELDS[:4]))
         if len(t) == 5:
-            integer(f"{field}.bytes", t[4], low=0)
+            integer(f"{field}.bytes", _scalar(t[4]), low=0)
         require(0 <= layer < ranks.shape[0] and 0 <= expert < ranks.shape[1], "transfers",
                 f"layer {layer} expert {expert} is outside the placement")
         require((layer, expert) not in moved, "transfers", f"layer {layer} expert {expert} moves twice")
@@ -272,6 +275,19 @@ def _size(value) -> int | None:
         return len(value)
     except TypeError:
         return None
+
+
+def _scalar(value):
+    """A 0-d tensor or array (a field of a torch tensor of transfers, e.g. one broadcast to
+    every rank) as its Python number, which :func:`~rp_opt.errors.integer` then checks as
+    any other (int() read them before); numpy scalars and anything else as they are."""
+    if isinstance(value, (np.generic, numbers.Number, str, bytes)) or not hasattr(value, "item") \
+            or getattr(value, "ndim", None) != 0:
+        return value
+    try:
+        return value.item()
+    except Exception:  # not a number after all: integer() names it
+        return value
 
 
 def _shown(value) -> str:

@@ -125,13 +125,46 @@ class Result:
 
 
 def _jsonable(value):
-    """Convert numpy scalars/arrays inside dicts and lists to plain Python."""
+    """Convert numpy scalars/arrays inside dicts and lists to plain Python (also what an
+    object array's ``tolist()`` leaves as numpy values)."""
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     if isinstance(value, np.ndarray):
-        return value.tolist()
+        return _jsonable(value.tolist()) if value.dtype == object else value.tolist()
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+def strict_json(value):
+    """``value`` ready for strict JSON: numpy values as Python ones, tuples as lists, keys
+    as strings, and every NaN or infinity as None.
+
+    ``json.dump`` writes a non-finite float as a bare ``NaN`` or ``Infinity``, which is not
+    JSON: strict readers (``jq``, JavaScript's ``JSON.parse``, most languages' parsers)
+    reject the whole document. Every ``--json`` output and benchmark JSON file goes
+    through here.
+
+    Parameters
+    ----------
+    value
+        Dicts, lists, tuples, numpy arrays and scalars, and plain values, nested.
+
+    Returns
+    -------
+    object
+        The same structure with only JSON's own types where it had numbers and containers
+        (other objects are left as they are).
+    """
+    def finite(item):
+        if isinstance(item, dict):
+            return {key: finite(v) for key, v in item.items()}
+        if isinstance(item, list):
+            return [finite(v) for v in item]
+        if isinstance(item, float) and not math.isfinite(item):
+            return None
+        return item
+
+    return finite(_jsonable(value))

@@ -197,6 +197,28 @@ class TestRay:
         per_solver_rows(records)  # the report takes the error record
 
 
+def test_a_pool_process_that_dies_breaks_the_unfinished_runs():
+    """What the runner's docstring says of the process pool: a process that dies breaks
+    the whole ``ProcessPoolExecutor``, so the dead run and every run not finished by then
+    are one-line ``BrokenProcessPool`` error records (not only the dead run, as on Ray);
+    run_tasks returns a record per task and the report takes them."""
+    import rp_opt.bench.runner as runner
+
+    assert "breaks a ``ProcessPoolExecutor`` as a whole" in " ".join(runner.__doc__.split())
+    spec = suite("tiny")[0]
+    tasks = [Task(_dying(spec), "baseline", time_limit=1.0)] + [Task(spec, "baseline", time_limit=1.0)] * 3
+    seen = []
+    records = run_tasks(tasks, workers=2, on_record=seen.append)
+    assert len(records) == 4 and len(seen) == 4
+    assert records[0]["status"] == "error" and records[0]["error"].startswith("BrokenProcessPool: ")
+    for rec in records:
+        assert rec["status"] == "error" or rec["valid"]
+        if rec["status"] == "error":
+            assert rec["error"].startswith("BrokenProcessPool: ") and "\n" not in rec["error"]
+    add_gaps(records)
+    per_solver_rows(records)
+
+
 def test_error_record_of_ray_exceptions():
     """Ray's errors for a worker that died or a task that failed before run_task could
     record it become one-line error records naming the type (Ray's task errors carry
@@ -604,3 +626,19 @@ def test_a_bound_above_a_valid_plan_is_flagged():
     assert crossed["bound_above_best"] and crossed["bound"] == 101.0
     fine = instance_summary([_rec("b", "x", 100.0, None), _rec("b", "y", 105.0, 99.0)])["b"]
     assert not fine["bound_above_best"]
+
+
+def test_strict_json_reads_numpy_values_inside_object_arrays():
+    """An object array's tolist() keeps its numpy values as they are: strict_json left them
+    to json.dump's default=str, so np.int64(5) was written as the string "5" (and a NaN
+    float32 as "nan"). They are numbers (or null) like numpy values anywhere else, and
+    finite values keep their value: large integers, -0.0, nested tuples."""
+    from rp_opt.bench.report import strict_json
+
+    data = {"k": np.array([np.int64(5), np.float32("nan"), np.array([1.5, np.inf]), "x", (1, np.int64(2))],
+                          dtype=object),
+            "a": (np.int64(2**62), 2**100, -0.0, ((np.uint64(2**64 - 1),),))}
+    out = strict_json(data)
+    assert json.loads(json.dumps(out, allow_nan=False)) == out
+    assert out == {"k": [5, None, [1.5, None], "x", [1, 2]], "a": [2**62, 2**100, -0.0, [[2**64 - 1]]]}
+    assert type(out["k"][0]) is int and math.copysign(1.0, out["a"][2]) == -1.0

@@ -190,3 +190,29 @@ def test_apply_transfers_rejects_wrong_source():
         migration_plan(current, current, expert_bytes=-1)
     with pytest.raises(InputError, match="current"):
         migration_plan(current, Placement(np.array([[0, 1]]), 2))
+
+
+def test_apply_transfers_reads_a_torch_tensor_of_transfers():
+    """int() read every field before, so a transfer list held in a torch tensor (one
+    broadcast to every rank, say) applied as the list does; the integer checks refused its
+    0-d tensor fields (``transfers[0].layer: must be an integer, got tensor(0)``). They
+    read as their numbers again, and a fractional one is still refused."""
+    import json
+
+    torch = pytest.importorskip("torch")
+    current = Placement.identity(3, 8, 4)
+    rng = np.random.default_rng(1)
+    new = Placement(np.stack([rng.permutation(np.repeat(np.arange(4), 2)) for _ in range(3)]), 4)
+    plan = migration_plan(current, new, expert_bytes=2**40 + 1)
+    listed = json.loads(json.dumps(plan.to_dict()))["transfer_list"]
+    expected = plan.placement.ranks.tolist()
+    tensor = torch.tensor(listed)
+    for transfers in (listed, np.array(listed), tensor, tensor[:, :4], list(tensor),
+                      [tuple(torch.tensor(t)) for t in listed]):
+        assert apply_transfers(current, transfers).ranks.tolist() == expected
+    fractional = tensor.double()
+    fractional[0, 0] = 0.5
+    with pytest.raises(InputError, match=r"^transfers\[0\]\.layer: must be an integer, got 0\.5$"):
+        apply_transfers(current, fractional)
+    with pytest.raises(InputError, match=r"^transfers: must be a sequence of transfers, got Tensor$"):
+        apply_transfers(current, torch.tensor(3))

@@ -1,6 +1,6 @@
 """Gap tables from runner records: best bound per instance, gaps, per-solver summaries,
 markdown output, and the JSON files of the benchmarks (strict JSON: a NaN or an infinity
-is written as ``null``, see :func:`strict_json`)."""
+is written as ``null``, see :func:`rp_opt.result.strict_json`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import os
 from collections import defaultdict
 
-from ..result import _jsonable
+from ..result import strict_json
 from .stats import pm
 
 REL_TOL = 1e-6  # a bound within this relative distance of a score proves it
@@ -251,39 +251,6 @@ def per_solver_rows(records: list[dict], by_config: bool = False) -> tuple[list[
                                  pm([r["gap_bound"] for r in valid]), pm([r["gap_best"] for r in valid]),
                                  pm([r.get("seconds") for r in valid], 1)])
     return headers, rows
-
-
-def strict_json(value):
-    """``value`` ready for strict JSON: numpy values as Python ones, tuples as lists, keys
-    as strings, and every NaN or infinity as None.
-
-    ``json.dump`` writes a non-finite float as a bare ``NaN`` or ``Infinity``, which is not
-    JSON: strict readers (``jq``, JavaScript's ``JSON.parse``, most languages' parsers)
-    reject the whole file. ``null`` is what ``rp-opt ... --json`` prints for them too.
-
-    Parameters
-    ----------
-    value
-        Dicts, lists, tuples, numpy arrays and scalars, and plain values, nested.
-
-    Returns
-    -------
-    object
-        The same structure with only JSON's own types where it had numbers and containers
-        (other objects are left as they are).
-    """
-    value = _jsonable(value)
-
-    def finite(item):
-        if isinstance(item, dict):
-            return {key: finite(v) for key, v in item.items()}
-        if isinstance(item, list):
-            return [finite(v) for v in item]
-        if isinstance(item, float) and not math.isfinite(item):
-            return None
-        return item
-
-    return finite(value)
 
 
 def write_outputs(out_dir: str, name: str, tables: dict[str, tuple[list[str], list[list]]], data: dict,

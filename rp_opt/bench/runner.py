@@ -12,8 +12,11 @@ to a Ray cluster (``pip install rp-opt[ray]``; ``"local"`` starts a local Ray wi
 
 A run whose worker gives no record (a pool process or Ray worker that died: killed for
 memory, a segfault; a task that could not be sent or unpacked) becomes an error record of
-that run (:func:`error_record`), as a crashing solver does; the other runs go on. Ray
-does not retry a run whose worker died (``max_retries=0``), as the pool does not.
+that run (:func:`error_record`), as a crashing solver does. On Ray the other runs go on.
+A process that dies breaks a ``ProcessPoolExecutor`` as a whole, though: every run not
+finished by then (queued ones too) becomes an error record (``BrokenProcessPool: ...``),
+and only the runs finished before keep their results. Ray does not retry a run whose
+worker died (``max_retries=0``), as the pool does not.
 """
 
 from __future__ import annotations

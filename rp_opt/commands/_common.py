@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import MAX_SEED, InputError, integer, number, require
 from ..io import check_writable, load_instance, plan_from_dict, read_plan_file
-from ..result import _jsonable
+from ..result import strict_json
 from ..solution import cell_samples
 from ..window import Instance
 
@@ -250,19 +250,8 @@ def add_json(parser) -> None:
 
 def emit_json(data: dict) -> None:
     """Print ``data`` as strict JSON on stdout (NaN and infinities become ``null``)."""
-    json.dump(_finite(_jsonable(data)), sys.stdout, indent=1, allow_nan=False)
+    json.dump(strict_json(data), sys.stdout, indent=1, allow_nan=False)
     sys.stdout.write("\n")
-
-
-def _finite(value):
-    """``value`` with every non-finite float replaced by None (strict JSON has no NaN)."""
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def table(headers: list[str], rows: list[list], file=None) -> str:
