@@ -469,6 +469,32 @@ def test_highs_skips_later_levels_when_no_time_is_left():
         assert check_plan(inst, place.to_list(), out.layout.to_rows(), "sync", num_rows=3).valid
 
 
+def test_highs_later_levels_get_no_more_than_the_time_left():
+    """Budget.for_level gives a level at least 0.05 s: with 0.04 s left after level 1 (and
+    level 1 back well within its limit, so nothing to subtract), level 2 was still given
+    0.05 s, past the budget; a later level's HiGHS limit is at most the time left."""
+    from rp_opt.packing.exact.common import Budget
+    from rp_opt.packing.exact.pyomo_model import PyomoPacking
+
+    class Draining(Budget):
+        """5 s left at the first read (level 1's limit), 0.04 s at every later one."""
+
+        def __init__(self):
+            super().__init__(5.0)
+            self.reads = 0
+
+        def left(self) -> float:
+            self.reads += 1
+            return 5.0 if self.reads == 1 else 0.04
+
+    inst = make_window(6, D=2, G=1, C=50, seed=1)
+    obj = get_objective("sync")
+    out = PyomoPacking(packing_data(inst, Placement.identity(2, 4, 2), 2), obj, symmetry_mode(obj)).solve(Draining())
+    assert len(out.levels) >= 2 and out.levels[0].stats["limit"] == pytest.approx(4.0)
+    assert all(level.stats["limit"] <= 0.04 + 1e-12 for level in out.levels[1:]), \
+        [level.stats["limit"] for level in out.levels]
+
+
 def test_highs_later_levels_return_the_solution_they_report():
     """HiGHS 1.16 with presolve on, warm-started from the level before, reported the later
     level's optimum (700 in model units) but returned the start's values (800): the plan

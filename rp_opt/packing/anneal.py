@@ -982,8 +982,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         # (the ffd rule runs as the witness rule, even when ``seeds`` names no witness)
         seeds = seed_layouts(instance, num_rows, demand, witness,
                              tuple(dict.fromkeys("witness" if r == "ffd" else r for r in rules)), seeds_deadline)
-        if "witness" in seeds:
-            seeds["ffd"] = seeds.pop("witness")
+        # renamed in place: the order of the seeds is the order of the replicas' starts
+        seeds = {("ffd" if name == "witness" else name): layout for name, layout in seeds.items()}
     else:
         seeds = seed_layouts(instance, num_rows, demand, witness, tuple(rules), seeds_deadline)
     if warm_layout is not None:
