@@ -12,11 +12,12 @@ to a Ray cluster (``pip install rp-opt[ray]``; ``"local"`` starts a local Ray wi
 
 A run whose worker gives no record (a pool process or Ray worker that died: killed for
 memory, a segfault; a task that could not be sent or unpacked) becomes an error record of
-that run (:func:`error_record`), as a crashing solver does. On Ray the other runs go on.
-A process that dies breaks a ``ProcessPoolExecutor`` as a whole, though: every run not
-finished by then (queued ones too) becomes an error record (``BrokenProcessPool: ...``),
-and only the runs finished before keep their results. Ray does not retry a run whose
-worker died (``max_retries=0``), as the pool does not.
+that run (:func:`error_record`), as a crashing solver does; the other runs go on. On Ray
+that is per run. A process that dies breaks a ``ProcessPoolExecutor`` as a whole, so the
+runs it left unfinished (the dead one among them, unknown) run again, each in a process of
+its own (``workers`` at a time): only the run that kills its own process again ends as an
+error record (``BrokenProcessPool: ...``). Ray does not retry a run whose worker died
+(``max_retries=0``): the pool's second try is only there to find out which run it was.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import logging
 import re
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -306,17 +308,40 @@ def run_tasks(tasks: list[Task], *, workers: int = 1, ray_address: str | None = 
                 on_record(out[-1])
         return out
     out: list[dict | None] = [None] * len(tasks)
+
+    def arrived(k: int, record: dict) -> None:
+        out[k] = record
+        if on_record:
+            on_record(record)
+
+    broken = []
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(run_task, task): k for k, task in enumerate(tasks)}
         for future in as_completed(futures):
             k = futures[future]
             try:
-                out[k] = future.result()
-            except Exception as exc:  # a worker that died (killed for memory) or a task that cannot be sent
-                out[k] = error_record(tasks[k], exc)
-            if on_record:
-                on_record(out[k])
+                arrived(k, future.result())
+            except BrokenProcessPool:
+                broken.append(k)        # this run or another killed a process: run it again alone
+            except Exception as exc:    # a task that cannot be sent (pickled)
+                arrived(k, error_record(tasks[k], exc))
+    if broken:
+        log.warning("bench: a pool process died; %d unfinished runs run again, each in a process of its own",
+                    len(broken))
+        with ThreadPoolExecutor(max_workers=workers) as threads:
+            for k, record in zip(sorted(broken), threads.map(_alone, [tasks[k] for k in sorted(broken)])):
+                arrived(k, record)
     return out
+
+
+def _alone(task: Task) -> dict:
+    """:func:`run_task` in a process of its own: if it dies, only this run's record is an
+    error (a dead process breaks every run of its pool)."""
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        try:
+            return pool.submit(run_task, task).result()
+        except Exception as exc:  # this run's own process died
+            return error_record(task, exc)
 
 
 def strip_private(records: list[dict]) -> list[dict]:
