@@ -110,6 +110,21 @@ def test_heuristic_is_deterministic_for_seed_and_workers():
     np.testing.assert_array_equal(runs[2], runs[3])
 
 
+def test_fixed_schedule_ignores_the_time_limit():
+    """With temperatures=N the run does the same work whatever the limit: every seed rule
+    (the greedy too, which a timed run skips when the limit is short), the same plan."""
+    inst = small(samples=40)
+    runs = []
+    for limit in (0.001, 30.0):
+        result = get_solver("heuristic")(inst, objective="sync", time_limit=limit, seed=3, workers=1,
+                                          temperatures=3, steps_per_temperature=10, replicas=4,
+                                          report_baseline=False)
+        assert_checked(inst, result)
+        assert "greedy" in result.stats["seeds"], result.stats["seeds"]
+        runs.append(result.plan.layout.cell_of)
+    np.testing.assert_array_equal(runs[0], runs[1])
+
+
 def test_warm_start_never_worse_and_improves_baseline():
     """From the baseline's plan the heuristic returns a plan at least as good as it."""
     inst = small(samples=40)

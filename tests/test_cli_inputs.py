@@ -181,6 +181,7 @@ def test_write_failure_after_solving_still_prints_the_result(files, capsys, monk
     (["plan", "--time-limit", "nan"], ["--time-limit", "nan"]),
     (["plan", "--time-limit", "0"], ["--time-limit", "0"]),
     (["certify", "--time-limit", "inf"], ["--time-limit", "inf"]),
+    (["certify", "--time-limit", "-0.5"], ["--time-limit", "-0.5"]),
     (["place", "--time-limit=-inf"], ["--time-limit", "-inf"]),
     (["bench", "tiny", "--time-limit", "inf"], ["--time-limit", "inf"]),
     (["plan", "--seed", "1.5"], ["--seed", "1.5"]),
@@ -192,6 +193,21 @@ def test_write_failure_after_solving_still_prints_the_result(files, capsys, monk
 ])
 def test_bad_flags_one_line(capsys, argv, needles):
     _bad(capsys, argv, *needles)
+
+
+def test_certify_time_limit_zero_gives_the_quick_certificate(capsys):
+    """certify --time-limit 0: the bounds and the FFD/BFD packings only, at once (the
+    certifier takes 0; the other commands need time to plan and refuse it). On a BPPLIB
+    instance the bound stays at or below the bins found, and the answer is not "optimal"
+    unless they meet."""
+    import os
+
+    bpp = os.path.join(os.path.dirname(__file__), "data", "bpplib", "falkenauer_t", "Falkenauer_t60_00.txt")
+    code = main(["certify", "--bpp", bpp, "--time-limit", "0", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["seconds"] < 1.0
+    assert data["lower_bound"] <= data["upper_bound"]
+    assert (code == 0) == (data["status"] == "optimal") == (data["lower_bound"] == data["upper_bound"])
 
 
 @pytest.mark.parametrize("flag, value, needles", [

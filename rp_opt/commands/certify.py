@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import InputError, require
 from ..result import INFEASIBLE, OPTIMAL
-from ._common import add_json, emit_json, seconds_arg, table
+from ._common import add_json, emit_json, number_arg, table
 
 MAX_BPP_CAPACITY = 2**31 - 1
 
@@ -23,7 +23,8 @@ def register(subparsers) -> None:
                     "in time, 2 on bad input.")
     parser.add_argument("file", nargs="?", help="instance .npz (rp-opt-window/1); default: the embedded instance")
     parser.add_argument("--bpp", metavar="FILE.txt", help="a BPPLIB bin-packing file instead (D = 1); reports bins")
-    parser.add_argument("--time-limit", type=seconds_arg, default=10.0, metavar="S", help="seconds (default 10)")
+    parser.add_argument("--time-limit", type=number_arg(0.0), default=10.0, metavar="S",
+                        help="seconds (default 10); 0: the bounds and the FFD/BFD packings only, at once")
     parser.add_argument("--exact", choices=["auto", "arcflow", "cpsat", "highs", "none"], default="auto",
                         help="exact model for the row-count decision (default auto)")
     add_json(parser)

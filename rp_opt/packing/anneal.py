@@ -898,8 +898,10 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     steps, block pairs searched) depends on the machine's speed and load, and two runs with
     the same ``seed`` may return different plans. With ``temperatures=N`` the schedule is
     fixed (N temperature steps, ``search_evaluations`` block pairs, ``refine_sweeps``): the
-    same seed and worker count give the same plan, and the run does that work whatever
-    ``time_limit`` says. ``stats["deterministic"]`` says which kind of run it was.
+    same seed and worker count give the same plan, and the run does that work (every seed
+    rule included) whatever ``time_limit`` says; only the R* certificate before it keeps
+    to the limit (with less time it may prove less and start from another witness).
+    ``stats["deterministic"]`` says which kind of run it was.
 
     Ctrl-C (KeyboardInterrupt) during the anneal, the search or a refine round ends the run
     with the best plan found so far (``stats["interrupted"]``; worker processes leave the
@@ -975,7 +977,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         # budget. It is the best seed on the production windows of scripts/bench_heuristic.py
         # (docs/benchmarks.md: N = 4096 at 5 s, 0.55 % above the bound with it, 0.72 %
         # without; N = 1024 at 2 s and N = 2048 or 8192 at 5 s also gain)
-        if greedy_seconds(instance, num_rows, cluster.ep) <= 0.5 * time_limit:
+        # (a fixed schedule does its work whatever the limit: the greedy too)
+        if options.get("temperatures") is not None or greedy_seconds(instance, num_rows, cluster.ep) <= 0.5 * time_limit:
             rules.append("greedy")
     if witness is not None and row_stats.get("rows_method") == "L1 = FFD (AReaL ffd)" and "ffd" in rules:
         # the witness IS the AReaL ffd layout (same rule, same R*·D bins): reuse it
