@@ -64,7 +64,8 @@ def pair_delta(problem: Problem, attention: np.ndarray, expert: np.ndarray, b1: 
     one rounding of each level.
     """
     total = np.zeros(np.shape(a1))
-    for wa, wx, inner, axis, outer, coef in problem.aggregates:
+    for term in problem.aggregates:
+        wa, wx, inner, axis, outer, coef = term.attention, term.expert, term.inner, term.axis, term.outer, term.coef
         if coef == 0.0:
             continue
         m = (wa * attention + wx * expert).reshape(problem.rows, problem.shards)
@@ -326,8 +327,9 @@ class BlockSearch:
         aggregate has an inner max (sync: every row's worst shard), all blocks of the
         worst group when its outer is a max (shard: the slowest shard), else all blocks."""
         p, st = self.p, self.state
-        wa, wx, inner, axis, outer, _ = p.aggregates[0]
-        m = (wa * st.attention[0] + wx * st.expert[0]).reshape(p.rows, p.shards)
+        first = p.aggregates[0]             # a Term: the primary's first aggregate
+        inner, axis, outer = first.inner, first.axis, first.outer
+        m = (first.attention * st.attention[0] + first.expert * st.expert[0]).reshape(p.rows, p.shards)
         blocks = np.arange(p.num_pairs).reshape(p.rows, p.shards)
         mg, bg = (m, blocks) if axis == 1 else (m.T, blocks.T)
         if inner == "max":

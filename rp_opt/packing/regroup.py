@@ -70,8 +70,9 @@ def _positions(problem: Problem, attention: np.ndarray, expert: np.ndarray) -> n
     primary's first aggregate: consecutive in decreasing value for a sum of maxima (optimal
     for fixed blocks), balanced groups for a maximum of sums."""
     p = problem
-    wa, wx, inner, axis, outer, _ = p.aggregates[0]
-    values = wa * attention + wx * expert
+    first = p.aggregates[0]                 # a Term: the primary's first aggregate
+    inner, axis, outer = first.inner, first.axis, first.outer
+    values = first.attention * attention + first.expert * expert
     # the aggregate reduces `inner` within a row (axis 1: over shards) or a shard (axis 0)
     groups, size = (p.rows, p.shards) if axis == 1 else (p.shards, p.rows)
     if inner == "sum" and outer == "max":
