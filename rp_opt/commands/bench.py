@@ -102,9 +102,11 @@ def run(args) -> int:
 
 def wrong_plans(records: list[dict]) -> list[dict]:
     """Records of plans the checker rejects, or scores differently from their solver: a
-    defect, so the command exits 1 (a disagreement used to leave only the gaps)."""
-    return [r for r in records if r.get("status") in ("optimal", "feasible")
-            and (not r.get("valid") or r.get("check_agrees") is False)]
+    defect, so the command exits 1 (a disagreement used to leave only the gaps). A
+    returned plan that :func:`rp_opt.bench.report.usable` would not count."""
+    from ..bench.report import usable
+
+    return [r for r in records if r.get("status") in ("optimal", "feasible") and not usable(r)]
 
 
 def _check_folder(path: str, flag: str, name: str) -> None:
