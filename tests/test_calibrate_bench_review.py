@@ -148,12 +148,14 @@ def test_a_fit_worse_than_the_mean_warns(tmp_path, capsys):
 
 def test_bench_counts_a_checker_disagreement_as_a_wrong_plan():
     """Hand-made records (no solver): a valid plan whose checker score differs from its
-    solver's is a wrong plan, like an invalid one; the bench exit code was 0 for it."""
+    solver's is a wrong plan, like an invalid one; the bench exit code was 0 for it. A
+    returned plan without a score is one too (the report could not count it)."""
     from rp_opt.commands.bench import wrong_plans
 
-    records = [{"status": "optimal", "valid": True, "check_agrees": True},
-               {"status": "feasible", "valid": True, "check_agrees": False},
-               {"status": "feasible", "valid": False},
+    records = [{"status": "optimal", "valid": True, "check_agrees": True, "score": 1.0},
+               {"status": "feasible", "valid": True, "check_agrees": False, "score": 1.0},
+               {"status": "feasible", "valid": False, "score": 1.0},
+               {"status": "optimal", "valid": True, "check_agrees": True, "score": None},
                {"status": "infeasible", "valid": False},
                {"status": "error", "valid": False}]
-    assert wrong_plans(records) == records[1:3]
+    assert wrong_plans(records) == records[1:4]
