@@ -439,6 +439,15 @@ def test_bench_gap_script(tmp_path, capsys):
         assert (out / "img" / "gap_tiny.png").stat().st_size > 0
 
 
+@pytest.mark.parametrize("seeds, message", [("1,1", "error: --seeds: 1 given twice"),
+                                            ("1.5", "error: --seeds: must be an integer")])
+def test_bench_prod_reads_seeds_as_rp_opt_bench_does(capsys, seeds, message):
+    """scripts/bench_prod.py parses its own --seeds: a repeated or fractional seed is one
+    line naming --seeds and exit 2, before any run (int() said 'invalid literal')."""
+    assert load_script("bench_prod").main(["--quick", "--seeds", seeds]) == 2
+    assert capsys.readouterr().err.startswith(message)
+
+
 def test_bench_prod_script(tmp_path, capsys):
     out = tmp_path / "out"
     assert load_script("bench_prod").main(["--quick", "--out", str(out)]) == 0
