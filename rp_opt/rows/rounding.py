@@ -37,7 +37,7 @@ def lp_flow(graph: arcflow.ArcFlowGraph, max_bins: int, time_limit: float) -> np
     if graph.arc_tail.size > SIMPLEX_MAX_ARCS:
         h.setOptionValue("solver", "ipm")
         h.setOptionValue("run_crossover", "on")
-    h.passModel(arcflow._model(graph, integral=False, max_bins=max_bins))
+    arcflow.pass_model(h, graph, integral=False, max_bins=max_bins)
     h.run()
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None
