@@ -30,11 +30,11 @@ from datetime import datetime, timezone
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from rp_opt.bench.gap import machine  # noqa: E402
+from rp_opt.bench.gap import machine, read_seeds  # noqa: E402
 from rp_opt.bench.report import add_output_arguments, image_path, print_tables, write_outputs  # noqa: E402
 from rp_opt.bench.runner import Task, run_tasks, strip_private  # noqa: E402
-from rp_opt.bench.suites import require_unique, suite  # noqa: E402
-from rp_opt.errors import InputError, integer, require  # noqa: E402
+from rp_opt.bench.suites import suite  # noqa: E402
+from rp_opt.errors import InputError, require  # noqa: E402
 
 RUNS = (  # label, solver, placement
     ("identity+ffd", "baseline", None),
@@ -130,13 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         args.limit = args.limit or 1
     try:
         require(args.time_limit > 0, "--time-limit", f"must be > 0, got {args.time_limit}")
-        seeds = None
-        if args.seeds:
-            # read and checked as rp-opt bench reads them (one-line errors naming --seeds)
-            seeds = [integer("--seeds", s, text=True, hint="each of the comma-separated seeds")
-                     for s in args.seeds.split(",") if s.strip()]
-            require_unique("--seeds", seeds)
-        specs = suite(args.suite, seeds)[: args.limit or None]
+        specs = suite(args.suite, read_seeds(args.seeds))[: args.limit or None]
     except (InputError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

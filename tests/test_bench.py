@@ -214,6 +214,38 @@ def test_a_pool_process_that_dies_costs_only_its_own_run():
     per_solver_rows(records)
 
 
+def test_a_pool_that_breaks_while_runs_are_still_being_submitted(monkeypatch):
+    """The pool can break before every run is submitted (a run that kills its process at
+    once, many runs): ``submit`` then raises ``BrokenProcessPool`` itself. The runs not
+    submitted yet run again alone like the unfinished ones, instead of the exception
+    leaving run_tasks and losing every record. (Found by review: 3,000 tiny runs after a
+    dying one raised it in 0.02 s.) The pool here waits for the first run to end before
+    taking the next, so the break comes during submission every time."""
+    from concurrent.futures import ProcessPoolExecutor, wait
+
+    import rp_opt.bench.runner as runner
+
+    class SlowToSubmit(ProcessPoolExecutor):
+        first = None
+
+        def submit(self, fn, /, *args, **kwargs):
+            if self.first is not None:
+                wait([self.first])              # the dying run has broken the pool by now
+            future = super().submit(fn, *args, **kwargs)
+            if self.first is None:
+                self.first = future
+            return future
+
+    monkeypatch.setattr(runner, "ProcessPoolExecutor", SlowToSubmit)
+    spec = suite("tiny")[0]
+    tasks = [Task(_dying(spec), "baseline", time_limit=0.5)] + [Task(spec, "baseline", time_limit=0.5)] * 2
+    seen = []
+    records = run_tasks(tasks, workers=2, on_record=seen.append)
+    assert len(records) == 3 and len(seen) == 3
+    assert records[0]["status"] == "error" and records[0]["error"].startswith("BrokenProcessPool: ")
+    assert all(rec["status"] != "error" and rec["valid"] for rec in records[1:]), records[1:]
+
+
 def test_error_record_of_ray_exceptions():
     """Ray's errors for a worker that died or a task that failed before run_task could
     record it become one-line error records naming the type (Ray's task errors carry
@@ -382,8 +414,10 @@ def test_plots_skip_without_matplotlib(monkeypatch, tmp_path):
     (["--threads", "0"], "--threads: must be an integer >= 1, got 0"),
     (["--threads", "-2"], "--threads: must be an integer >= 1, got -2"),
     (["--limit", "-1"], "--limit: must be an integer >= 0 (instances; 0 means all), got -1"),
-    (["--seeds", "1,x"], "--seeds: must be an integer (each of the comma-separated seeds), got 'x'"),
-    (["--seeds", "1,2.5"], "--seeds: must be an integer (each of the comma-separated seeds), got '2.5'"),
+    (["--seeds", "1,x"], "--seeds: must be an integer in [0, 2147483647] (each of the comma-separated seeds), got 'x'"),
+    (["--seeds", "1,2.5"], "--seeds: must be an integer in [0, 2147483647] (each of the comma-separated seeds), got '2.5'"),
+    (["--seeds", "1,-1"], "--seeds: must be an integer in [0, 2147483647] (each of the comma-separated seeds), got '-1'"),
+    (["--seeds", ","], "--seeds: names no seed, got ','"),
 ])
 def test_gap_arguments_follow_the_shared_rules(argv, message, capsys):
     """The gap benchmark's scalar arguments (the script's parser leaves them unchecked) are
@@ -440,7 +474,12 @@ def test_bench_gap_script(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("seeds, message", [("1,1", "error: --seeds: 1 given twice"),
-                                            ("1.5", "error: --seeds: must be an integer")])
+                                            ("1.5", "error: --seeds: must be an integer"),
+                                            # as rp-opt bench (review): a seed in [0, 2^31-1], at least one
+                                            # (were: every run an error record, exit 1; nothing run, exit 0)
+                                            ("-1", "error: --seeds: must be an integer in [0, 2147483647]"),
+                                            ("2147483648", "error: --seeds: must be an integer in [0, 2147483647]"),
+                                            (",", "error: --seeds: names no seed")])
 def test_bench_prod_reads_seeds_as_rp_opt_bench_does(capsys, seeds, message):
     """scripts/bench_prod.py parses its own --seeds: a repeated or fractional seed is one
     line naming --seeds and exit 2, before any run (int() said 'invalid literal')."""

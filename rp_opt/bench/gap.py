@@ -11,7 +11,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from ..errors import integer, number, require
+from ..errors import MAX_SEED, integer, number, require
 from .report import image_path, add_gaps, per_instance_rows, per_solver_rows, print_tables, write_outputs
 from .runner import Task, run_tasks
 from .suites import require_unique, suite
@@ -22,6 +22,21 @@ DEFAULT_SOLVERS = ("baseline", "kk", "lpt-ffd", "heuristic", "exact")
 def machine() -> str:
     """One line naming the machine (for the reports)."""
     return f"{platform.machine()} {platform.system()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def read_seeds(text: str | None, field: str = "--seeds") -> list[int] | None:
+    """The comma-separated seeds of ``text`` (None or empty: None, the suite's own).
+
+    Each an integer in [0, MAX_SEED] (CP-SAT and HiGHS take 32-bit seeds), at least one,
+    none twice; otherwise a one-line :class:`~rp_opt.errors.InputError` on ``field``.
+    """
+    if not text:
+        return None
+    seeds = [integer(field, s, 0, MAX_SEED, text=True, hint="each of the comma-separated seeds")
+             for s in text.split(",") if s.strip()]
+    require(len(seeds) > 0, field, f"names no seed, got {text!r}")
+    require_unique(field, seeds)
+    return seeds
 
 
 def add_arguments(parser: argparse.ArgumentParser, default_suite: str = "small") -> None:
@@ -59,12 +74,7 @@ def tasks_from_args(args) -> list[Task]:
     args.threads = integer("--threads", args.threads, low=1)
     if args.limit is not None:
         args.limit = integer("--limit", args.limit, low=0, hint="instances; 0 means all")
-    seeds = None
-    if args.seeds:
-        seeds = [integer("--seeds", s, text=True, hint="each of the comma-separated seeds")
-                 for s in args.seeds.split(",") if s.strip()]
-        require_unique("--seeds", seeds)
-    specs = suite(args.suite, seeds)
+    specs = suite(args.suite, read_seeds(args.seeds))
     if args.limit:
         specs = specs[: args.limit]
     solvers = [s.strip() for s in args.solvers.split(",") if s.strip()]

@@ -316,7 +316,13 @@ def run_tasks(tasks: list[Task], *, workers: int = 1, ray_address: str | None = 
 
     broken = []
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(run_task, task): k for k, task in enumerate(tasks)}
+        futures = {}
+        for k, task in enumerate(tasks):
+            try:
+                futures[pool.submit(run_task, task)] = k
+            except BrokenProcessPool:   # a process died before all were submitted: the rest run alone
+                broken.extend(range(k, len(tasks)))
+                break
         for future in as_completed(futures):
             k = futures[future]
             try:
