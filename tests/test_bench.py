@@ -204,14 +204,21 @@ def test_a_pool_process_that_dies_costs_only_its_own_run():
     valid; run_tasks returns a record per task and the report takes them."""
     spec = suite("tiny")[0]
     tasks = [Task(_dying(spec), "baseline", time_limit=1.0)] + [Task(spec, "baseline", time_limit=1.0)] * 3
-    seen = []
-    records = run_tasks(tasks, workers=2, on_record=seen.append)
-    assert len(records) == 4 and len(seen) == 4
-    assert records[0]["status"] == "error" and records[0]["error"].startswith("BrokenProcessPool: ")
+    records = _only_the_dying_run_lost(tasks)
     assert "\n" not in records[0]["error"]
-    assert all(rec["status"] != "error" and rec["valid"] for rec in records[1:]), records[1:]
     add_gaps(records)
     per_solver_rows(records)
+
+
+def _only_the_dying_run_lost(tasks: list) -> list[dict]:
+    """run_tasks on 2 processes: a record per task, each announced once; the first (the
+    dying run) a BrokenProcessPool error record, every other one valid."""
+    seen = []
+    records = run_tasks(tasks, workers=2, on_record=seen.append)
+    assert len(records) == len(tasks) and len(seen) == len(tasks)
+    assert records[0]["status"] == "error" and records[0]["error"].startswith("BrokenProcessPool: ")
+    assert all(rec["status"] != "error" and rec["valid"] for rec in records[1:]), records[1:]
+    return records
 
 
 def test_a_pool_that_breaks_while_runs_are_still_being_submitted(monkeypatch):
@@ -239,11 +246,7 @@ def test_a_pool_that_breaks_while_runs_are_still_being_submitted(monkeypatch):
     monkeypatch.setattr(runner, "ProcessPoolExecutor", SlowToSubmit)
     spec = suite("tiny")[0]
     tasks = [Task(_dying(spec), "baseline", time_limit=0.5)] + [Task(spec, "baseline", time_limit=0.5)] * 2
-    seen = []
-    records = run_tasks(tasks, workers=2, on_record=seen.append)
-    assert len(records) == 3 and len(seen) == 3
-    assert records[0]["status"] == "error" and records[0]["error"].startswith("BrokenProcessPool: ")
-    assert all(rec["status"] != "error" and rec["valid"] for rec in records[1:]), records[1:]
+    _only_the_dying_run_lost(tasks)
 
 
 def test_error_record_of_ray_exceptions():
