@@ -22,9 +22,8 @@ import highspy
 import numpy as np
 import scipy.sparse as sp
 
-from .._cpsat import solve
 from .._highs import silence_banner
-from .clock import OutOfTime, cpsat_deadline, past, ticking
+from .clock import OutOfTime, build_and_solve, past, ticking
 
 silence_banner()  # the banner would go to stdout (see rp_opt._highs)
 
@@ -463,22 +462,12 @@ def cpsat_decide(graph: ArcFlowGraph, lengths: np.ndarray, max_bins: int, time_l
     n_item = graph.arc_tail.size
     # the build is Python loops over the arcs (hard28: 0.17 s for 40k, where CP-SAT was
     # given 0.09 s): not started when it cannot fit, abandoned when the clock runs out
-    deadline = cpsat_deadline(start, float(time_limit), n_item + nodes.size)
-    if deadline is None:
-        log.debug("rows: arc-flow CP-SAT model of %d arcs skipped, %.3f s left", n_item, time_limit)
+    out = build_and_solve(start, time_limit, n_item + nodes.size,
+                          lambda deadline: _flow_model(graph, lengths, max_bins, hint, deadline), workers,
+                          f"arc-flow CP-SAT model of {n_item} arcs")
+    if out is None:
         return DecideResult("unknown", None, time.perf_counter() - start)
-    try:
-        model, x, loss = _flow_model(graph, lengths, max_bins, hint, deadline)
-    except OutOfTime:
-        log.debug("rows: arc-flow CP-SAT model of %d arcs not built in %.3f s", n_item, time_limit)
-        return DecideResult("unknown", None, time.perf_counter() - start)
-    left = deadline - time.perf_counter()
-    if left <= 0:
-        return DecideResult("unknown", None, time.perf_counter() - start)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = left
-    solver.parameters.num_workers = workers
-    code = solve(solver, model)
+    (x, loss), solver, code = out
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         flow = np.zeros(n_item + nodes.size - 1)
         flow[:n_item] = [solver.value(v) for v in x]

@@ -11,12 +11,13 @@ exceeds the time left (:func:`cpsat_deadline`).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Iterator
-from typing import TypeVar
+from typing import Callable, TypeVar
 
-__all__ = ["CPSAT_BUILD_SECONDS_PER_VAR", "CPSAT_UNTIMED_SECONDS_PER_VAR", "OutOfTime", "cpsat_deadline",
-           "past", "ticking"]
+__all__ = ["CPSAT_BUILD_SECONDS_PER_VAR", "CPSAT_UNTIMED_SECONDS_PER_VAR", "OutOfTime", "build_and_solve",
+           "cpsat_deadline", "past", "ticking"]
 
 T = TypeVar("T")
 
@@ -61,3 +62,39 @@ def ticking(items: Iterable[T], deadline: float | None, every: int = CHECK_EVERY
         if k % every == 0 and past(deadline):
             raise OutOfTime("model build passed its deadline")
         yield item
+
+
+def build_and_solve(start: float, time_limit: float, num_vars: int, build: Callable, workers: int, what: str):
+    """Build a CP-SAT model with ``build(deadline)`` and solve it, all within ``time_limit``
+    seconds from ``start``: not built when the time cannot cover the build
+    (:func:`cpsat_deadline`), abandoned when the build passes its deadline, not solved
+    when no time is left after it.
+
+    ``build`` returns ``(model, *parts)``, or None (the builder's own answer, e.g. no
+    packing can exist). Returns None when the model was not solved for lack of time (the
+    answer is "unknown"), ``(None, None, None)`` when ``build`` returned None, else
+    ``(parts, solver, status)``. ``what`` names the model in the debug log.
+    """
+    from ortools.sat.python import cp_model
+
+    from .._cpsat import solve
+
+    log = logging.getLogger("rp_opt")
+    deadline = cpsat_deadline(start, float(time_limit), num_vars)
+    if deadline is None:
+        log.debug("rows: %s skipped, %.3f s left", what, time_limit)
+        return None
+    try:
+        built = build(deadline)
+    except OutOfTime:
+        log.debug("rows: %s not built in %.3f s", what, time_limit)
+        return None
+    if built is None:
+        return None, None, None
+    left = deadline - time.perf_counter()
+    if left <= 0:
+        return None
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = left
+    solver.parameters.num_workers = workers
+    return built[1:], solver, solve(solver, built[0])

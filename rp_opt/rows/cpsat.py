@@ -9,8 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from .._cpsat import solve
-from .clock import OutOfTime, cpsat_deadline, ticking
+from .clock import build_and_solve, ticking
 
 log = logging.getLogger("rp_opt")
 
@@ -46,26 +45,17 @@ def fits_in_bins(lengths: np.ndarray, capacity: int, num_bins: int, max_items: i
     rank = np.arange(n)
     fixed_big = (2 * lengths[order] > capacity) & (rank < k)
     num_vars = int(np.minimum(k, rank + 1)[~fixed_big].sum())
-    deadline = cpsat_deadline(start, float(time_limit), num_vars)
-    if deadline is None:
-        log.debug("rows: CP-SAT model of %d booleans skipped, %.3f s left", num_vars, time_limit)
+    out = build_and_solve(start, time_limit, num_vars,
+                          lambda deadline: _assignment_model(lengths[order], capacity, k, max_items,
+                                                             None if hint is None else np.asarray(hint)[order],
+                                                             deadline),
+                          workers, f"CP-SAT model of {num_vars} booleans")
+    if out is None:
         return FitResult("unknown", None, time.perf_counter() - start)
-    try:
-        built = _assignment_model(lengths[order], capacity, k, max_items,
-                                  None if hint is None else np.asarray(hint)[order], deadline)
-    except OutOfTime:
-        log.debug("rows: CP-SAT model of %d booleans not built in %.3f s", num_vars, time_limit)
-        return FitResult("unknown", None, time.perf_counter() - start)
-    if built is None:
+    parts, solver, code = out
+    if solver is None:                          # the builder found no packing can exist
         return FitResult("infeasible", None, time.perf_counter() - start)
-    model, x = built
-    left = deadline - time.perf_counter()
-    if left <= 0:
-        return FitResult("unknown", None, time.perf_counter() - start)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = left
-    solver.parameters.num_workers = workers
-    code = solve(solver, model)
+    (x,) = parts
     seconds = time.perf_counter() - start
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         bin_of = np.empty(n, dtype=np.int64)
