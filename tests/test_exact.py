@@ -470,7 +470,7 @@ def test_highs_skips_later_levels_when_no_time_is_left():
 
 
 def test_highs_later_levels_get_no_more_than_the_time_left():
-    """Budget.for_level gives a level at least 0.05 s: with 0.04 s left after level 1 (and
+    """Budget.for_level gave every level at least 0.05 s: with 0.04 s left after level 1 (and
     level 1 back well within its limit, so nothing to subtract), level 2 was still given
     0.05 s, past the budget; a later level's HiGHS limit is at most the time left."""
     from rp_opt.packing.exact.common import Budget

@@ -505,7 +505,9 @@ def too_big(seconds: float, left: float) -> str | None:
 @dataclass
 class Budget:
     """Wall-clock budget shared by the levels: level k of n gets a share of what is left
-    (the first level the most: it decides the primary score and the bound)."""
+    (the first level the most: it decides the primary score and the bound), at least
+    0.05 s; a later level never more than is left (the first keeps the 0.05 s: a plan
+    needs one solve)."""
 
     seconds: float
     start: float = field(default_factory=time.perf_counter)
@@ -515,7 +517,6 @@ class Budget:
 
     def for_level(self, k: int, n: int) -> float:
         left = self.left()
-        if k == n - 1:
-            return max(left, 0.05)
-        share = 0.8 if k == 0 else 0.5
-        return max(left * share, 0.05)
+        share = 1.0 if k == n - 1 else 0.8 if k == 0 else 0.5
+        limit = max(left * share, 0.05)
+        return limit if k == 0 else min(limit, left)

@@ -181,12 +181,7 @@ class PyomoPacking:
                 extra["skipped_levels"] = f"{k + 1}..{n}: time limit"
                 break
             m.obj.set_value(expr)
-            limit = budget.for_level(k, n)
-            if k:
-                # Budget.for_level floors a level at 0.05 s: a later level never gets more
-                # than the time left (the first one keeps the floor: a plan needs one solve)
-                limit = min(limit, budget.left())
-            opt.config.time_limit = max(limit - late, 0.01)
+            opt.config.time_limit = max(budget.for_level(k, n) - late, 0.01)
             t0 = time.perf_counter()
             res = opt.solve(m)
             secs = time.perf_counter() - t0
