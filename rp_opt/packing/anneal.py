@@ -969,7 +969,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     # under a time limit the later (costlier) seed rules wait for time left: from 60 % of
     # the limit on, no further rule starts (N = 16384 at 1 s: the fixed phases alone took
     # 1.05 s with every rule); a fixed schedule (temperatures) builds every seed
-    seeds_deadline = None if options.get("temperatures") is not None else started + 0.6 * time_limit
+    deterministic = options.get("temperatures") is not None     # a fixed schedule
+    seeds_deadline = None if deterministic else started + 0.6 * time_limit
     rules = options.get("seeds")
     if rules is None:
         rules = ["witness", "ffd", "blocks", "kk", "blocks-kk"]
@@ -978,7 +979,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         # (docs/benchmarks.md: N = 4096 at 5 s, 0.55 % above the bound with it, 0.72 %
         # without; N = 1024 at 2 s and N = 2048 or 8192 at 5 s also gain)
         # (a fixed schedule does its work whatever the limit: the greedy too)
-        if options.get("temperatures") is not None or greedy_seconds(instance, num_rows, cluster.ep) <= 0.5 * time_limit:
+        if deterministic or greedy_seconds(instance, num_rows, cluster.ep) <= 0.5 * time_limit:
             rules.append("greedy")
     if witness is not None and row_stats.get("rows_method") == "L1 = FFD (AReaL ffd)" and "ffd" in rules:
         # the witness IS the AReaL ffd layout (same rule, same R*·D bins): reuse it
@@ -1040,7 +1041,6 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     # again (as long as the first time: 0.09-0.16 s at N = 16384)
     reserve = float(options.get("reserve", 0.04 * time_limit + timings["bounds"]))
     remaining = max(time_limit - (time.perf_counter() - started) - reserve, 0.05)
-    deterministic = options.get("temperatures") is not None
     # measured (scripts/bench_heuristic.py, N = 16..16384): the block search gains more per
     # second than the anneal, so the first round starts from the best seed; the anneal runs
     # when the search stops at a local optimum (diversification)
