@@ -229,6 +229,19 @@ def check_ray_address(address: str) -> str:
     return address
 
 
+def _filing(num_tasks: int, on_record) -> tuple[list, Callable[[int, dict], None]]:
+    """The records' list (one slot per task, in task order) and ``arrived(k, record)``,
+    which files task k's record and announces it to ``on_record`` (when given)."""
+    out: list[dict | None] = [None] * num_tasks
+
+    def arrived(k: int, record: dict) -> None:
+        out[k] = record
+        if on_record:
+            on_record(record)
+
+    return out, arrived
+
+
 def _ray_run(tasks: list[Task], address: str, workers: int, on_record) -> list[dict]:
     """:func:`run_tasks` on Ray: one remote call per task, records in task order (a run
     whose worker died: :func:`error_record`)."""
@@ -246,12 +259,7 @@ def _ray_run(tasks: list[Task], address: str, workers: int, on_record) -> list[d
         except (ValueError, ConnectionError, RuntimeError, TimeoutError) as exc:
             reason = " ".join(str(exc).split())[:200]
             raise InputError("--ray", f"cannot start or reach Ray at {address!r} ({type(exc).__name__}: {reason})") from None
-    out: list[dict | None] = [None] * len(tasks)
-
-    def arrived(k: int, record: dict) -> None:
-        out[k] = record
-        if on_record:
-            on_record(record)
+    out, arrived = _filing(len(tasks), on_record)
 
     refs = {}
     for k, task in enumerate(tasks):
@@ -300,19 +308,11 @@ def run_tasks(tasks: list[Task], *, workers: int = 1, ray_address: str | None = 
     tasks = list(tasks)
     if ray_address:
         return _ray_run(tasks, ray_address, workers, on_record)
+    out, arrived = _filing(len(tasks), on_record)
     if workers <= 1 or len(tasks) <= 1:
-        out = []
-        for task in tasks:
-            out.append(run_task(task))
-            if on_record:
-                on_record(out[-1])
+        for k, task in enumerate(tasks):
+            arrived(k, run_task(task))
         return out
-    out: list[dict | None] = [None] * len(tasks)
-
-    def arrived(k: int, record: dict) -> None:
-        out[k] = record
-        if on_record:
-            on_record(record)
 
     broken = []
     with ProcessPoolExecutor(max_workers=workers) as pool:
