@@ -223,10 +223,14 @@ def _span(low, high, above=None) -> str:
 def _bad(field: str, value, what: str, hint: str | None = None) -> InputError:
     """The :class:`InputError` ``must be <what> (<hint>), got <repr(value)>``, on one line
     (a multi-line repr, e.g. of an array, is joined; a long one is cut)."""
-    shown = repr(value)
-    if "\n" in shown or "\r" in shown:
-        shown = " ".join(shown.split())
-    if len(shown) > _LONGEST_VALUE:
-        shown = shown[:_LONGEST_VALUE - 3] + "..."
     hint = f" ({hint})" if hint else ""
-    return InputError(field, f"must be {what}{hint}, got {shown}")
+    return InputError(field, f"must be {what}{hint}, got {shown(value)}")
+
+
+def shown(value) -> str:
+    """``repr(value)`` for a one-line message: a multi-line repr (an array's) joined, a
+    long one cut to ``_LONGEST_VALUE`` characters."""
+    text = repr(value)
+    if "\n" in text or "\r" in text:
+        text = " ".join(text.split())
+    return text if len(text) <= _LONGEST_VALUE else text[:_LONGEST_VALUE - 3] + "..."

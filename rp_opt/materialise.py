@@ -28,7 +28,7 @@ from scipy.optimize import linear_sum_assignment
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_bipartite_matching
 
-from .errors import InputError, integer, require
+from .errors import InputError, integer, require, shown
 from .solution import Placement
 
 
@@ -253,7 +253,7 @@ def apply_transfers(current: Placement, transfers) -> Placement:
     for i, t in enumerate(transfers):
         field = f"transfers[{i}]"
         require(not isinstance(t, (str, bytes, dict)) and hasattr(t, "__getitem__") and _size(t) in (4, 5), field,
-                f"must be (layer, expert, src, dst[, bytes]), got {_shown(t)}")
+                f"must be (layer, expert, src, dst[, bytes]), got {shown(t)}")
         layer, expert, src, dst = (integer(f"{field}.{name}", _scalar(t[j]))
                                    for j, name in enumerate(_TRANSFER_FIELDS[:4]))
         if len(t) == 5:
@@ -288,9 +288,3 @@ def _scalar(value):
         return value.item()
     except Exception:  # not a number after all: integer() names it
         return value
-
-
-def _shown(value) -> str:
-    """``repr(value)`` on one line, cut to 120 characters (for messages)."""
-    text = " ".join(repr(value).split())
-    return text if len(text) <= 120 else text[:117] + "..."
