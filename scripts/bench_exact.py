@@ -35,7 +35,7 @@ import numpy as np
 from rp_opt.check import check
 from rp_opt.cost import cost_bounds
 from rp_opt.packing.exact import default_num_rows, default_placement, solve_packing
-from rp_opt.packing.exact.cpsat_model import PROOF_SUBSOLVERS
+from rp_opt.packing.exact.cpsat_model import PROOF
 from rp_opt.solvers import get_solver
 from rp_opt.synth import generate
 from rp_opt.window import Cluster
@@ -178,7 +178,7 @@ def main():
                     help="CP-SAT threads (default: one per subsolver plus one for its LNS, 8 with --subsolvers cpsat)")
     ap.add_argument("--subsolvers", nargs="*", default=None,
                     help="CP-SAT full-problem workers by name, or 'cpsat' for CP-SAT's own portfolio "
-                         "(default: rp_opt.packing.exact.cpsat_model.PROOF_SUBSOLVERS)")
+                         "(default: per objective, rp_opt.packing.exact.cpsat_model.proof_subsolvers)")
     ap.add_argument("--no-row-search", action="store_true",
                     help="without the row-pair search before the model (rp_opt.packing.exact.row_search)")
     ap.add_argument("--joint", type=int, default=0, help="number of tiny windows (per G) for the joint comparison")
@@ -193,7 +193,7 @@ def main():
         print("|   N | G | R | obj   | back  | sym | status   | secs   | score | bound | gap % | valid |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         # solve_packing reads "cpsat" (CP-SAT's own portfolio) and comma-separated names
-        subsolvers = PROOF_SUBSOLVERS if args.subsolvers is None else ",".join(args.subsolvers)
+        subsolvers = PROOF if args.subsolvers is None else ",".join(args.subsolvers)
         for spec in args.runs:
             run_packing(spec, args.time_limit, args.seed, args.workers, subsolvers, not args.no_row_search)
     if args.joint:

@@ -563,6 +563,55 @@ def test_cpsat_portfolio_choice_keeps_optimum(subsolvers, workers):
     assert_lex_close(res.score, brute_force(inst, place, 2, "shard"))
 
 
+@pytest.mark.parametrize("objective", ["shard", "sync"])
+@pytest.mark.parametrize("branch", ["blocks", "cells"])
+def test_branch_orders_keep_optimum(objective, branch):
+    """The ``fixed`` worker alone (the one that follows the model's search order), block
+    first or cell first: every level reaches the brute-force optimum (N = 7, R = 2, G = 2)."""
+    from rp_opt.packing.exact.common import Budget
+    from rp_opt.packing.exact.cpsat_model import CpsatPacking
+
+    inst = make_window(7, D=2, G=2, seed=3)
+    place = Placement.identity(2, 4, 2)
+    obj = get_objective(objective)
+    builder = CpsatPacking(packing_data(inst, place, 2), obj, symmetry_mode(obj), branch=branch)
+    out = builder.solve(Budget(30.0), subsolvers=("fixed",))
+    assert [o.status for o in out.levels] == ["optimal"] * 3
+    assert all(o.stats["subsolvers"] == ["fixed"] for o in out.levels if "implied" not in o.stats)
+    assert_lex_close(score(inst, place, out.layout, objective), brute_force(inst, place, 2, objective), rel=1e-3)
+
+
+def test_unknown_branch_order_is_an_input_error():
+    from rp_opt.errors import InputError
+    from rp_opt.packing.exact.cpsat_model import CpsatPacking
+
+    inst = make_window(5, D=2, G=2, seed=3)
+    with pytest.raises(InputError) as err:
+        CpsatPacking(packing_data(inst, Placement.identity(2, 4, 2), 2), get_objective("sync"), "rows",
+                     branch="rows")
+    assert err.value.field == "branch" and "'rows'" in str(err.value)
+
+
+@pytest.mark.parametrize("objective,G,workers", [
+    ("sync", 2, ["fixed"]),
+    ("shard", 2, ["fixed", "default_lp"]),
+    ("shard", 1, ["fixed"]),
+])
+def test_proof_workers_follow_the_objective(objective, G, workers):
+    """The default workers (``subsolvers="proof"``), for every solve of the sequence:
+    ``fixed`` alone when level 1 adds up rows (sync; shard with one shard), ``fixed`` and
+    ``default_lp`` for shard's max over shards; the stats name them; the optimum is the
+    brute-force one."""
+    inst = make_window(6, D=2, G=G, seed=4)
+    place = Placement.identity(2, 4, 2)
+    res = solve_packing(inst, place, 2, objective=objective, time_limit=30)
+    checked(inst, res)
+    assert res.status == "optimal"
+    solved = [lv for lv in res.stats["levels"] if not lv.get("implied")]
+    assert len(solved) >= 2 and all(lv["subsolvers"] == workers for lv in solved)
+    assert_lex_close(res.score, brute_force(inst, place, 2, objective))
+
+
 def test_subsolver_errors_are_one_line_input_errors():
     """A name CP-SAT does not know, a value that is not names, or zero workers: an
     InputError naming the field (never a silent "no solution")."""

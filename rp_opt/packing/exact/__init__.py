@@ -19,8 +19,8 @@ are then re-solved exactly (:mod:`.row_search`; as two-row windows of their own 
 the start and, through it, CP-SAT's bound. With symmetry breaking, the models number the
 samples heaviest first (:func:`.common.heaviest_first`), so the chains fix where the
 longest samples sit; plans come back in the caller's numbering. CP-SAT
-searches longest sample first with the proof-oriented workers of
-:data:`.cpsat_model.PROOF_SUBSOLVERS`; when level 1 ends unproven, a partial LP relaxation
+searches longest sample first, each sample's block before its cell, with the workers
+:func:`.cpsat_model.proof_subsolvers` picks for the objective; when level 1 ends unproven, a partial LP relaxation
 bounds it (:func:`.pyomo_model.relaxation_bound`: the costliest samples binary, the rest
 continuous). Before the heaviest-first numbering it gave most reported bounds; now
 CP-SAT's own is close or above (N = 24, G = 2, sync: 13977.6 against 13981.6; N = 64,
@@ -48,7 +48,7 @@ from ...solvers import register_solver
 from ...window import Instance
 from .common import (Budget, build_seconds, canonical_layout, greedy_layout, heaviest_first,
                      layout_valid, lex_better, packing_data, renumbered, symmetry_mode, too_big)
-from .cpsat_model import PROOF_SUBSOLVERS, SolveOutcome
+from .cpsat_model import PROOF, SolveOutcome
 from .row_search import row_pair_search
 
 # share of the time left after the start that the row-pair search may take (it ends
@@ -134,21 +134,24 @@ def check_args(**args) -> dict:
 
 
 def _subsolver_names(value) -> tuple[str, ...] | None:
-    """``subsolvers`` as CP-SAT takes them: None or ``"cpsat"`` (CP-SAT's own portfolio), a
-    comma-separated string or a sequence of names (CP-SAT itself rejects unknown ones)."""
+    """``subsolvers`` as CP-SAT takes them: None or ``"cpsat"`` (CP-SAT's own portfolio),
+    ``"proof"`` (:data:`.cpsat_model.PROOF`, chosen per solve), a comma-separated string or
+    a sequence of names (CP-SAT itself rejects unknown ones)."""
     if value is None or value == "cpsat":
         return None
+    if value == PROOF:
+        return PROOF
     names = value.split(",") if isinstance(value, str) else value
     require(isinstance(names, (list, tuple)) and len(names) > 0
             and all(isinstance(x, str) and x.strip() for x in names), "subsolvers",
-            f"must be 'cpsat', a comma-separated string or a list of CP-SAT subsolver names, got {value!r}")
+            f"must be 'proof', 'cpsat', a comma-separated string or a list of CP-SAT subsolver names, got {value!r}")
     return tuple(x.strip() for x in names)
 
 
 def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, objective="sync",
                   time_limit: float = 60.0, seed: int = 0, start: Layout | None = None,
                   backend: str = "cpsat", symmetry: bool = True, tighten: bool = True,
-                  workers: int | None = None, subsolvers: tuple[str, ...] | None = PROOF_SUBSOLVERS,
+                  workers: int | None = None, subsolvers: tuple[str, ...] | str | None = PROOF,
                   mip_start: bool = False, heuristic_start: bool = True,
                   relax_bound: bool = True, row_search: bool = True, solver_name: str = "exact") -> Result:
     """Optimal layout of ``instance`` for a fixed ``placement`` and ``num_rows`` rows.
@@ -170,10 +173,10 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         Symmetry-breaking chains (the model then numbers the samples heaviest first, see
         :func:`.common.heaviest_first`); Eq. 4 and average bounds as constraints.
     workers, subsolvers
-        CP-SAT's full-problem workers by name (default
-        :data:`.cpsat_model.PROOF_SUBSOLVERS`, the ones that prove packing windows
-        fastest on the benchmark; None or ``"cpsat"``: CP-SAT's own portfolio; a
-        comma-separated string is split) and its threads (default:
+        CP-SAT's full-problem workers by name (default ``"proof"``: for the objective,
+        the ones that prove the benchmark's packing windows fastest,
+        :func:`.cpsat_model.proof_subsolvers`; None or ``"cpsat"``: CP-SAT's own
+        portfolio; a comma-separated string is split) and its threads (default:
         one per subsolver plus one for its interleaved LNS, 8 with CP-SAT's portfolio).
         HiGHS runs one thread.
     heuristic_start

@@ -33,16 +33,34 @@ from .common import (Budget, PackingData, aggregate_count, integer_scale, level_
 
 log = logging.getLogger("rp_opt")
 
-# CP-SAT full-problem workers for a proof (``parameters.subsolvers``); CP-SAT gives one
-# more worker to its interleaved subsolvers (LNS, local search), which improve the start.
-# On the 2-core benchmark machine the default 8-worker portfolio (6 full-problem workers
-# plus LNS) spends most of its time improving a start that is often optimal already; the
-# proof of a packing window comes from search workers following the longest-first strategy
-# (see CpsatPacking), the LP one adds the bound of the averages. Measured on the N = 24,
-# G = 1, sync window of scripts/bench_exact.py, level 1 alone: 88 s to prove with the
-# default portfolio, 60 s with the strategy, 30 and 36 s (two runs) with these three plus
-# the interleaved worker.
-PROOF_SUBSOLVERS = ("default_lp", "fixed", "no_lp")
+# search orders of CpsatPacking(branch=...)
+BRANCH_ORDERS = ("blocks", "cells")
+
+# ``subsolvers="proof"``: CP-SAT's full-problem workers chosen per solve by
+# :func:`proof_subsolvers`; CP-SAT adds one worker for its interleaved subsolvers (LNS,
+# local search), which improve the start. On the 2-core benchmark machine CP-SAT's own
+# 8-worker portfolio spends most of its time improving a start that is often optimal
+# already; proofs of packing windows come from the ``fixed`` worker, which follows the
+# model's search order (block first, longest sample first: CpsatPacking), with a full core.
+PROOF = "proof"
+# the workers of the earlier default, for comparison runs (scripts/bench_exact.py --subsolvers)
+THREE_WORKERS = ("default_lp", "fixed", "no_lp")
+
+
+def proof_subsolvers(level, num_shards: int) -> tuple[str, ...]:
+    """CP-SAT's workers for an objective whose first level is ``level`` (every solve of its
+    sequence: the later ones hold level 1): ``fixed`` alone when level 1 is a sum over rows
+    of each row's own cost (:func:`.row_search.rows_separable`: ``sync``, any objective
+    with G = 1), where the block-first order decides row after row; else (``shard``'s max
+    over shards of sums over rows) ``fixed`` and ``default_lp``, whose LP-guided search
+    proves the coupled rows. Measured on scripts/bench_exact.py's N = 24, G = 2 window, 2
+    cores, level 1 proven in: ``sync`` 31 s with ``fixed``, 48 s with both, 70 s with the
+    three earlier workers, not in 79 s with ``default_lp`` alone; ``shard`` 42-47 s with
+    both, 44 s with the three, 70 s with ``default_lp`` alone, not in 119 s with ``fixed``
+    alone (nor its level 2 in 17 s, which both prove in 13 s)."""
+    from .row_search import rows_separable
+
+    return ("fixed",) if rows_separable(level, num_shards) else ("fixed", "default_lp")
 
 
 @dataclass
@@ -103,11 +121,18 @@ class CpsatPacking:
         :func:`.row_search.row_pair_search` with objectives that are not sums over rows.
         The rounding margins stay those of the model's own data: the search keeps a
         result only when the whole window's exact score is better.
+    branch
+        The search order of the ``fixed`` worker, longest sample first: ``blocks`` (each
+        sample's (row, shard) block, then its cell inside the block) or ``cells`` (its
+        cell directly). Block first proves the benchmark windows faster: the block alone
+        sets a sample's expert loads, so the LP bound rises before cells are chosen
+        (scripts/bench_exact.py, N = 24, level 1 of ``sync``: G = 2 in 31 s instead of
+        145 s, G = 1 in 5 s instead of 58 s).
     """
 
     def __init__(self, data: PackingData, objective: Objective, mode: str | None, *, expert_hook=None,
                  demand_cap: float | None = None, tighten: bool = True, eq4: np.ndarray | None = None,
-                 context: tuple[np.ndarray, np.ndarray] | None = None):
+                 context: tuple[np.ndarray, np.ndarray] | None = None, branch: str = "blocks"):
         self.data = data
         self.objective = objective
         self.model = m = cp_model.CpModel()
@@ -127,12 +152,6 @@ class CpsatPacking:
         self.cells_of = [[c for c in range(data.num_cells) if (i, c) in y] for i in range(N)]
         self.members = [[i for i in range(N) if (i, c) in y] for c in range(data.num_cells)]
         T = data.lengths
-        # search: the longest sample first, into the first cell it may take (first fit
-        # decreasing, the order that makes a packing proof short: long samples decide
-        # which cells are full and which maxima are set)
-        order = np.argsort(-T, kind="stable")
-        m.add_decision_strategy([y[i, c] for i in order for c in self.cells_of[i]], cp_model.CHOOSE_FIRST,
-                                cp_model.SELECT_MAX_VALUE)
         # sum_c y[i,c] = 1                               (every sample in exactly one cell)
         for i in range(N):
             m.add_exactly_one([y[i, c] for c in self.cells_of[i]])
@@ -175,6 +194,8 @@ class CpsatPacking:
                     v = m.new_bool_var(f"z[{i},{r},{g}]")
                     m.add(sum(lits) == v)
                     z[i, (r, g)] = v
+
+        self._search_order(branch)
 
         # attention: a[b,s] >= sum_i att_int[s,i] y[i,(r,d)] for d in b   (epigraph of the slot max)
         S = sc.att_int.shape[0]
@@ -233,6 +254,20 @@ class CpsatPacking:
         self._ub = j_max
         self.level_keys = [level_key(level, R + len(self.context_A), G) for level in objective.levels]
         self.levels = [self._level(level) for level in objective.levels]
+
+    def _search_order(self, branch: str):
+        """The decision strategy: the longest sample first (first fit decreasing, the order
+        that makes a packing proof short: long samples decide which cells are full and
+        which maxima are set). ``blocks``: every sample's block first (z, which alone sets
+        the expert loads), then its cell (y); ``cells``: the cells only."""
+        if branch not in BRANCH_ORDERS:
+            raise InputError("branch", f"must be one of {BRANCH_ORDERS}, got {branch!r}")
+        order = np.argsort(-self.data.lengths, kind="stable")
+        if branch == "blocks" and len(self.blocks) > 1:  # with one block z is the constant 1
+            self.model.add_decision_strategy([self.z[i, b] for i in order for b in self.blocks if (i, b) in self.z],
+                                             cp_model.CHOOSE_FIRST, cp_model.SELECT_MAX_VALUE)
+        self.model.add_decision_strategy([self.y[i, c] for i in order for c in self.cells_of[i]],
+                                         cp_model.CHOOSE_FIRST, cp_model.SELECT_MAX_VALUE)
 
     def block(self, r: int, g: int):
         """Samples that may sit in block (r, g) and their z literals (model constants 1
@@ -345,7 +380,7 @@ class CpsatPacking:
         return Layout(cell_of, self.data.num_rows, self.data.num_slots)
 
     def solve(self, budget: Budget, *, seed: int = 0, workers: int | None = None,
-              subsolvers: tuple[str, ...] | None = PROOF_SUBSOLVERS, start: Layout | None = None,
+              subsolvers: tuple[str, ...] | str | None = PROOF, start: Layout | None = None,
               extra_hint=None, on_solution=None, params: dict | None = None,
               extra_bound=None, together: bool = True) -> SolveOutcome:
         """Lexicographic sequence of solves within ``budget``.
@@ -356,11 +391,11 @@ class CpsatPacking:
         per level (N = 20, G = 2, sync window of scripts/bench_exact.py, level 1 held: 16.7 s
         together, 25.2 + 23.3 s one after the other).
 
-        ``subsolvers``: CP-SAT's full-problem workers by name (default
-        :data:`PROOF_SUBSOLVERS`; None: CP-SAT's own portfolio); ``workers``: how many
-        threads (default: one per subsolver plus one for CP-SAT's interleaved LNS, 8 with
-        CP-SAT's portfolio; CP-SAT keeps one of them for LNS, so with two or fewer only
-        the first named subsolver searches).
+        ``subsolvers``: CP-SAT's full-problem workers by name (default :data:`PROOF`:
+        :func:`proof_subsolvers` of the objective; None: CP-SAT's own
+        portfolio); ``workers``: how many threads (default: one per subsolver plus one
+        for CP-SAT's interleaved LNS, 8 with CP-SAT's portfolio; CP-SAT keeps one of them
+        for LNS, so with two or fewer only the first named subsolver searches).
 
         ``extra_hint(solver or None) -> dict var -> value`` adds hints for the caller's own
         variables (the joint model's placement); ``on_solution(solver)`` reads them back.
@@ -375,12 +410,16 @@ class CpsatPacking:
         todo = [k for k in range(len(self.levels)) if self.level_keys[k] not in self.level_keys[:k]]
         n = len(todo)
 
+        # every solve of the sequence with the workers of level 1: the later ones hold it
+        names = proof_subsolvers(self.objective.levels[0], self.data.num_shards) if subsolvers == PROOF \
+            else subsolvers
+
         def run(expr, limit):
             solver = cp_model.CpSolver()
             solver.parameters.max_time_in_seconds = limit
-            solver.parameters.num_workers = workers or (len(subsolvers) + 1 if subsolvers else 8)
-            if subsolvers:
-                solver.parameters.subsolvers.extend(subsolvers)
+            solver.parameters.num_workers = workers or (len(names) + 1 if names else 8)
+            if names:
+                solver.parameters.subsolvers.extend(names)
             solver.parameters.random_seed = seed
             for key, val in (params or {}).items():
                 setattr(solver.parameters, key, val)
@@ -412,7 +451,7 @@ class CpsatPacking:
                 extra_bound()
             name = solver.status_name(status)
             stats = {"status": name, "seconds": secs, "limit": limit, "branches": solver.num_branches,
-                     "conflicts": solver.num_conflicts}
+                     "conflicts": solver.num_conflicts, "subsolvers": list(names) if names else "cpsat"}
             if len(ks) > 1:
                 stats["solved_together"] = [k + 1 for k in ks]  # level numbers, 1-based
             pos += len(ks)
