@@ -43,8 +43,6 @@ BRANCH_ORDERS = ("blocks", "cells")
 # already; proofs of packing windows come from the ``fixed`` worker, which follows the
 # model's search order (block first, longest sample first: CpsatPacking), with a full core.
 PROOF = "proof"
-# the workers of the earlier default, for comparison runs (scripts/bench_exact.py --subsolvers)
-THREE_WORKERS = ("default_lp", "fixed", "no_lp")
 
 
 def proof_subsolvers(level, num_shards: int) -> tuple[str, ...]:
