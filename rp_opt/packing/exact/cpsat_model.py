@@ -45,20 +45,23 @@ BRANCH_ORDERS = ("blocks", "cells")
 PROOF = "proof"
 
 
-def proof_subsolvers(level, num_shards: int) -> tuple[str, ...]:
-    """CP-SAT's workers for an objective whose first level is ``level`` (every solve of its
-    sequence: the later ones hold level 1): ``fixed`` alone when level 1 is a sum over rows
-    of each row's own cost (:func:`.row_search.rows_separable`: ``sync``, any objective
-    with G = 1), where the block-first order decides row after row; else (``shard``'s max
-    over shards of sums over rows) ``fixed`` and ``default_lp``, whose LP-guided search
-    proves the coupled rows. Measured on scripts/bench_exact.py's N = 24, G = 2 window, 2
-    cores, level 1 proven in: ``sync`` 31 s with ``fixed``, 48 s with both, 70 s with the
-    three earlier workers, not in 79 s with ``default_lp`` alone; ``shard`` 42-47 s with
-    both, 44 s with the three, 70 s with ``default_lp`` alone, not in 119 s with ``fixed``
-    alone (nor its level 2 in 17 s, which both prove in 13 s)."""
+def proof_subsolvers(level, num_shards: int, first: bool = True) -> tuple[str, ...]:
+    """CP-SAT's workers for a solve of the lexicographic sequence whose objective's first
+    level is ``level``. Level 1 (``first``) of an objective that adds up rows, each row's
+    own cost (:func:`.row_search.rows_separable`: ``sync``, any objective with G = 1):
+    ``fixed`` alone, whose block-first order decides row after row, with a whole core.
+    Otherwise (level 1 of ``shard``'s max over shards of sums over rows, and the later
+    levels, which hold level 1): ``fixed`` and ``default_lp``, whose LP-guided search
+    proves the coupled rows. Measured on scripts/bench_exact.py's N = 24, G = 2 windows, 2
+    cores (one run each): seed 0, level 1 proven in: ``sync`` 31 s with ``fixed``, 48 s
+    with both, 70 s with the three earlier workers (default_lp, fixed, no_lp), not in 79 s
+    with ``default_lp``; ``shard`` 31-47 s with both, 44 s with the three, 70 s with
+    ``default_lp``, not in 119 s with ``fixed``. Later levels: seed 0 ``sync`` 12 s with
+    ``fixed``, 16 s with both; seed 1 ``sync`` 38 s and 14 s; seed 0 ``shard`` not in 17 s
+    with ``fixed``, 12-13 s with both."""
     from .row_search import rows_separable
 
-    return ("fixed",) if rows_separable(level, num_shards) else ("fixed", "default_lp")
+    return ("fixed",) if first and rows_separable(level, num_shards) else ("fixed", "default_lp")
 
 
 @dataclass
@@ -390,7 +393,7 @@ class CpsatPacking:
         together, 25.2 + 23.3 s one after the other).
 
         ``subsolvers``: CP-SAT's full-problem workers by name (default :data:`PROOF`:
-        :func:`proof_subsolvers` of the objective; None: CP-SAT's own
+        :func:`proof_subsolvers`, per solve; None: CP-SAT's own
         portfolio); ``workers``: how many threads (default: one per subsolver plus one
         for CP-SAT's interleaved LNS, 8 with CP-SAT's portfolio; CP-SAT keeps one of them
         for LNS, so with two or fewer only the first named subsolver searches).
@@ -408,11 +411,9 @@ class CpsatPacking:
         todo = [k for k in range(len(self.levels)) if self.level_keys[k] not in self.level_keys[:k]]
         n = len(todo)
 
-        # every solve of the sequence with the workers of level 1: the later ones hold it
-        names = proof_subsolvers(self.objective.levels[0], self.data.num_shards) if subsolvers == PROOF \
-            else subsolvers
-
-        def run(expr, limit):
+        def run(expr, limit, first):
+            names = proof_subsolvers(self.objective.levels[0], self.data.num_shards, first) \
+                if subsolvers == PROOF else subsolvers
             solver = cp_model.CpSolver()
             solver.parameters.max_time_in_seconds = limit
             solver.parameters.num_workers = workers or (len(names) + 1 if names else 8)
@@ -427,7 +428,7 @@ class CpsatPacking:
                 # e.g. an unknown subsolver name: say so, never a silent "no solution"
                 info = solver.solution_info()
                 raise InputError("subsolvers" if "subsolver" in info else "model", info)
-            return solver, status
+            return solver, status, names
 
         pos = 0
         while pos < n:
@@ -438,7 +439,7 @@ class CpsatPacking:
             expr = self.levels[ks[0]][0] if len(ks) == 1 else sum(w * self.levels[k][0] for w, k in zip(weights, ks))
             limit = budget.for_level(pos + len(ks) - 1, n)
             t0 = time.perf_counter()
-            solver, status = run(expr, limit)
+            solver, status, names = run(expr, limit, pos == 0)
             secs = time.perf_counter() - t0
             if pos == 0 and extra_bound is not None and status in (cp_model.FEASIBLE, cp_model.UNKNOWN):
                 # level 1 unproven: a bound of another kind (e.g. the relaxation) before the
