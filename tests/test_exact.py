@@ -597,8 +597,8 @@ BOTH = ["fixed", "default_lp"]
 
 @pytest.mark.parametrize("objective,G,first", [("sync", 2, ["fixed"]), ("shard", 2, BOTH), ("shard", 1, ["fixed"])])
 def test_proof_workers_per_solve(objective, G, first):
-    """The default workers (``subsolvers="proof"``): ``fixed`` alone for level 1 when it
-    adds up rows (sync; shard with one shard), ``fixed`` and ``default_lp`` for shard's
+    """The default workers (``subsolvers="proof"``), R = 2: ``fixed`` alone for level 1
+    when it adds up rows (sync; shard with one shard), ``fixed`` and ``default_lp`` for shard's
     level 1 with two shards and for every later solve; the stats name them; the optimum
     is the brute-force one."""
     inst = make_window(6, D=2, G=G, seed=4)
@@ -610,6 +610,18 @@ def test_proof_workers_per_solve(objective, G, first):
     assert len(solved) >= 2 and solved[0]["subsolvers"] == first
     assert all(lv["subsolvers"] == BOTH for lv in solved[1:])
     assert_lex_close(res.score, brute_force(inst, place, 2, objective))
+
+
+def test_proof_workers_for_more_rows_add_the_lp():
+    """With three rows or more level 1 of ``sync`` also gets ``default_lp`` (its bound
+    certifies those windows); two rows, ``fixed`` alone; later levels always both."""
+    from rp_opt.packing.exact.cpsat_model import proof_subsolvers
+
+    level = get_objective("sync").levels[0]
+    assert proof_subsolvers(level, 2, 2) == ("fixed",)
+    assert proof_subsolvers(level, 2, 3) == ("fixed", "default_lp")
+    assert proof_subsolvers(level, 2, 2, first=False) == ("fixed", "default_lp")
+    assert proof_subsolvers(get_objective("shard").levels[0], 2, 2) == ("fixed", "default_lp")
 
 
 def test_subsolver_errors_are_one_line_input_errors():

@@ -45,23 +45,26 @@ BRANCH_ORDERS = ("blocks", "cells")
 PROOF = "proof"
 
 
-def proof_subsolvers(level, num_shards: int, first: bool = True) -> tuple[str, ...]:
+def proof_subsolvers(level, num_shards: int, num_rows: int, first: bool = True) -> tuple[str, ...]:
     """CP-SAT's workers for a solve of the lexicographic sequence whose objective's first
-    level is ``level``. Level 1 (``first``) of an objective that adds up rows, each row's
-    own cost (:func:`.row_search.rows_separable`: ``sync``, any objective with G = 1):
-    ``fixed`` alone, whose block-first order decides row after row, with a whole core.
-    Otherwise (level 1 of ``shard``'s max over shards of sums over rows, and the later
-    levels, which hold level 1): ``fixed`` and ``default_lp``, whose LP-guided search
-    proves the coupled rows. Measured on scripts/bench_exact.py's N = 24, G = 2 windows, 2
-    cores (one run each): seed 0, level 1 proven in: ``sync`` 31 s with ``fixed``, 48 s
-    with both, 70 s with the three earlier workers (default_lp, fixed, no_lp), not in 79 s
-    with ``default_lp``; ``shard`` 31-47 s with both, 44 s with the three, 70 s with
-    ``default_lp``, not in 119 s with ``fixed``. Later levels: seed 0 ``sync`` 12 s with
-    ``fixed``, 16 s with both; seed 1 ``sync`` 38 s and 14 s; seed 0 ``shard`` not in 17 s
-    with ``fixed``, 12-13 s with both."""
+    level is ``level``. Level 1 (``first``) of a two-row window whose objective adds up
+    rows, each row's own cost (:func:`.row_search.rows_separable`: ``sync``, any objective
+    with G = 1): ``fixed`` alone, whose block-first order splits the samples between the
+    rows, with a whole core. Otherwise (``shard``'s max over shards of sums over rows,
+    later levels, which hold level 1, windows of more rows, whose bound comes from the
+    LP): ``fixed`` and ``default_lp``. Measured on scripts/bench_exact.py's windows, 2
+    cores, one run each unless a range is given. N = 24, G = 2, seed 0, level 1 proven in:
+    ``sync`` 31 s with ``fixed``, 48 s with both, 70 s with the three earlier workers
+    (default_lp, fixed, no_lp), not in 79 s with ``default_lp``; ``shard`` 31-47 s with
+    both, 44 s with the three, 70 s with ``default_lp``, not in 119 s with ``fixed``.
+    Later levels: seed 0 ``sync`` 12 s with ``fixed``, 16 s with both; seed 1 ``sync``
+    38 s and 14 s; seed 0 ``shard`` not in 17 s with ``fixed``, 12-13 s with both.
+    N = 64, G = 2 (R = 4), ``sync`` at 60 s: bound 35956.5 in two of three runs with
+    ``fixed`` (gap 2.65-2.75 %), 36676.0 with both (0.70 %)."""
     from .row_search import rows_separable
 
-    return ("fixed",) if first and rows_separable(level, num_shards) else ("fixed", "default_lp")
+    alone = first and num_rows <= 2 and rows_separable(level, num_shards)
+    return ("fixed",) if alone else ("fixed", "default_lp")
 
 
 @dataclass
@@ -412,7 +415,7 @@ class CpsatPacking:
         n = len(todo)
 
         def run(expr, limit, first):
-            names = proof_subsolvers(self.objective.levels[0], self.data.num_shards, first) \
+            names = proof_subsolvers(self.objective.levels[0], self.data.num_shards, self.data.num_rows, first) \
                 if subsolvers == PROOF else subsolvers
             solver = cp_model.CpSolver()
             solver.parameters.max_time_in_seconds = limit
