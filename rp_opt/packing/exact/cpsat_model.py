@@ -130,8 +130,9 @@ class CpsatPacking:
         sample's (row, shard) block, then its cell inside the block) or ``cells`` (its
         cell directly). Block first proves the benchmark windows faster: the block alone
         sets a sample's expert loads, so the LP bound rises before cells are chosen
-        (scripts/bench_exact.py, N = 24, level 1 of ``sync``: G = 2 in 31 s instead of
-        145 s, G = 1 in 5 s instead of 58 s).
+        (scripts/bench_exact.py, N = 24, with the three workers default_lp, fixed, no_lp:
+        G = 2, level 1 of ``sync`` in 70 s instead of about 145 s; G = 1, every level of
+        ``sync``, in 5 s instead of 58 s).
     """
 
     def __init__(self, data: PackingData, objective: Objective, mode: str | None, *, expert_hook=None,
