@@ -59,8 +59,8 @@ def proof_subsolvers(level, num_shards: int, num_rows: int, first: bool = True) 
     both, 44 s with the three, 70 s with ``default_lp``, not in 119 s with ``fixed``.
     Later levels: seed 0 ``sync`` 12 s with ``fixed``, 16 s with both; seed 1 ``sync``
     38 s and 14 s; seed 0 ``shard`` not in 17 s with ``fixed``, 12-13 s with both.
-    N = 64, G = 2 (R = 4), ``sync`` at 60 s: bound 35956.5 in two of three runs with
-    ``fixed`` (gap 2.65-2.75 %), 36676.0 with both (0.70 %)."""
+    N = 64, G = 2 (R = 4), ``sync`` at 60 s: bound 35956.5 in two of four runs with
+    ``fixed`` (gap 2.65-2.75 %; 0.65 % and 0.81 % in the others), 36673.9 with both (0.72 %)."""
     from .row_search import rows_separable
 
     alone = first and num_rows <= 2 and rows_separable(level, num_shards)
