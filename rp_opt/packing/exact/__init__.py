@@ -20,9 +20,9 @@ the start and, through it, CP-SAT's bound. With symmetry breaking, the models nu
 samples heaviest first (:func:`.common.heaviest_first`), so the chains fix where the
 longest samples sit; plans come back in the caller's numbering. CP-SAT
 searches longest sample first, each sample's block before its cell, with the workers
-:func:`.cpsat_model.proof_subsolvers` picks for the objective; when level 1 ends unproven, a partial LP relaxation
-bounds it (:func:`.pyomo_model.relaxation_bound`: the costliest samples binary, the rest
-continuous). Before the heaviest-first numbering it gave most reported bounds; now
+:func:`.cpsat_model.proof_subsolvers` picks for each solve of the sequence; when level 1
+ends unproven, a partial LP relaxation bounds it (:func:`.pyomo_model.relaxation_bound`:
+the costliest samples binary, the rest continuous). Before the heaviest-first numbering it gave most reported bounds; now
 CP-SAT's own is close or above (N = 24, G = 2, sync: 13977.6 against 13981.6; N = 64,
 G = 2: 36580.3 against 35815.2). Levels that are the same function of J as an earlier one
 for this R and G are not solved again.
@@ -133,7 +133,7 @@ def check_args(**args) -> dict:
     return out
 
 
-def _subsolver_names(value) -> tuple[str, ...] | None:
+def _subsolver_names(value) -> tuple[str, ...] | str | None:
     """``subsolvers`` as CP-SAT takes them: None or ``"cpsat"`` (CP-SAT's own portfolio),
     ``"proof"`` (:data:`.cpsat_model.PROOF`, chosen per solve), a comma-separated string or
     a sequence of names (CP-SAT itself rejects unknown ones)."""
@@ -173,7 +173,7 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         Symmetry-breaking chains (the model then numbers the samples heaviest first, see
         :func:`.common.heaviest_first`); Eq. 4 and average bounds as constraints.
     workers, subsolvers
-        CP-SAT's full-problem workers by name (default ``"proof"``: for the objective,
+        CP-SAT's full-problem workers by name (default ``"proof"``: for each solve,
         the ones that prove the benchmark's packing windows fastest,
         :func:`.cpsat_model.proof_subsolvers`; None or ``"cpsat"``: CP-SAT's own
         portfolio; a comma-separated string is split) and its threads (default:
