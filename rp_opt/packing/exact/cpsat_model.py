@@ -30,6 +30,7 @@ from ...errors import InputError
 from ...solution import Layout
 from .common import (Budget, PackingData, aggregate_count, integer_scale, level_key, linearize_aggregate, rational,
                      symmetry_chains)
+from .row_search import rows_separable
 
 log = logging.getLogger("rp_opt")
 
@@ -61,8 +62,6 @@ def proof_subsolvers(level, num_shards: int, num_rows: int, first: bool = True) 
     38 s and 14 s; seed 0 ``shard`` not in 17 s with ``fixed``, 12-13 s with both.
     N = 64, G = 2 (R = 4), ``sync`` at 60 s: bound 35956.5 in two of four runs with
     ``fixed`` (gap 2.65-2.75 %; 0.65 % and 0.81 % in the others), 36673.9 with both (0.72 %)."""
-    from .row_search import rows_separable
-
     alone = first and num_rows <= 2 and rows_separable(level, num_shards)
     return ("fixed",) if alone else ("fixed", "default_lp")
 
