@@ -35,7 +35,7 @@ import numpy as np
 from rp_opt.check import check
 from rp_opt.cost import cost_bounds
 from rp_opt.packing.exact import default_num_rows, default_placement, solve_packing
-from rp_opt.packing.exact.cpsat_model import PROOF
+from rp_opt.packing.exact.cpsat_model import PROOF, TOGETHER, TOGETHER_MODES
 from rp_opt.solvers import get_solver
 from rp_opt.synth import generate
 from rp_opt.window import Cluster
@@ -46,7 +46,8 @@ def window(n, g, seed, layers=8, experts=16, capacity=16384):
                     experts=experts, seed=seed)
 
 
-def run_packing(spec: str, time_limit: float, seed: int, workers: int | None, subsolvers, row_search: bool = True):
+def run_packing(spec: str, time_limit: float, seed: int, workers: int | None, subsolvers, row_search: bool = True,
+                together: str = TOGETHER):
     n, g, objective, backend, sym = spec.split(":")
     inst = window(int(n), int(g), seed)
     rows = default_num_rows(inst)
@@ -54,7 +55,7 @@ def run_packing(spec: str, time_limit: float, seed: int, workers: int | None, su
     t0 = time.perf_counter()
     res = solve_packing(inst, place, rows, objective=objective, backend=backend, symmetry=bool(int(sym)),
                         time_limit=time_limit, seed=seed, workers=workers, subsolvers=subsolvers,
-                        row_search=row_search)
+                        row_search=row_search, together=together)
     secs = time.perf_counter() - t0
     rep = check(inst, res.plan, num_rows=rows)
     gap = res.gap
@@ -181,6 +182,9 @@ def main():
                          "(default: per objective, rp_opt.packing.exact.cpsat_model.proof_subsolvers)")
     ap.add_argument("--no-row-search", action="store_true",
                     help="without the row-pair search before the model (rp_opt.packing.exact.row_search)")
+    ap.add_argument("--together", choices=TOGETHER_MODES, default=TOGETHER,
+                    help="which levels one CP-SAT solve minimises together "
+                         "(rp_opt.packing.exact.cpsat_model.CpsatPacking.solve_groups)")
     ap.add_argument("--joint", type=int, default=0, help="number of tiny windows (per G) for the joint comparison")
     ap.add_argument("--expert-ratio", type=float, default=2.0)
     ap.add_argument("--objective", default="sync", help="objective of the joint comparison")
@@ -195,7 +199,8 @@ def main():
         # solve_packing reads "cpsat" (CP-SAT's own portfolio) and comma-separated names
         subsolvers = PROOF if args.subsolvers is None else ",".join(args.subsolvers)
         for spec in args.runs:
-            run_packing(spec, args.time_limit, args.seed, args.workers, subsolvers, not args.no_row_search)
+            run_packing(spec, args.time_limit, args.seed, args.workers, subsolvers, not args.no_row_search,
+                        args.together)
     if args.joint:
         run_joint(args.joint, args.time_limit, args.expert_ratio, args.objective, args.joint_experts,
                   args.joint_ranks, args.joint_layers)

@@ -89,30 +89,53 @@ def test_equals_brute_force(G, objective, backend):
     assert_lex_close(res.score, expected)
     assert res.bound <= res.score[0] + 1e-9
     if backend == "cpsat" and G == 2:
-        # three distinct levels: CP-SAT solves levels 2 and 3 as one (CpsatPacking.stacked)
-        assert res.stats["levels"][1]["solved_together"] == [2, 3]
+        # three distinct levels, two rows: CP-SAT solves levels 1 and 2 as one
+        # (CpsatPacking.solve_groups, "auto"), then level 3
+        assert res.stats["levels"][0]["solved_together"] == [1, 2]
+        assert "solved_together" not in res.stats["levels"][2]
 
 
+@pytest.mark.parametrize("rows", [2, 3])
 @pytest.mark.parametrize("objective", ["shard", "sync"])
-def test_later_levels_together_equal_one_by_one(objective):
-    """CP-SAT's levels 2 and 3 solved as one weighted sum reach the same lexicographic
-    optimum, level by level, as solving them one after the other (R = 3, G = 2: no level
-    repeats another)."""
+def test_level_groupings_reach_the_same_optimum(objective, rows):
+    """However CP-SAT groups the levels into solves (levels 1 and 2 as one, levels 2 and 3
+    as one, one per level), it reaches the same lexicographic optimum, level by level
+    (G = 2: no level repeats another); ``auto`` groups the leading levels with two rows,
+    the later ones with three."""
     from rp_opt.packing.exact.common import Budget
-    from rp_opt.packing.exact.cpsat_model import CpsatPacking
+    from rp_opt.packing.exact.cpsat_model import TOGETHER_MODES, CpsatPacking
 
-    inst = make_window(12, D=2, G=2, C=50, seed=1)
+    inst = make_window(12 if rows == 3 else 7, D=2, G=2, C=50 if rows == 3 else 80, seed=1)
     place = Placement.identity(2, 4, 2)
-    data = packing_data(inst, place, 3)
+    data = packing_data(inst, place, rows)
+    groups = {"leading": [[0, 1], [2]], "later": [[0], [1, 2]], "none": [[0], [1], [2]]}
+    groups["auto"] = groups["leading" if rows == 2 else "later"]
     values = {}
-    for together in (True, False):
+    for together in TOGETHER_MODES:
         builder = CpsatPacking(data, get_objective(objective), symmetry_mode(get_objective(objective)))
+        assert builder.solve_groups([0, 1, 2], together) == groups[together]
         out = builder.solve(Budget(60.0), together=together)
         assert [o.status for o in out.levels] == ["optimal"] * 3
-        assert ("solved_together" in out.levels[1].stats) is together
+        # levels of one solve name the levels solved with them
+        for group in groups[together]:
+            for k in group:
+                assert out.levels[k].stats.get("solved_together") == ([j + 1 for j in group] if len(group) > 1
+                                                                       else None)
         values[together] = [o.value for o in out.levels]
         assert_lex_close(score(inst, place, out.layout, objective), values[together], rel=1e-3)
-    assert values[True] == values[False]  # integer optima in the model's units
+    assert len({tuple(v) for v in values.values()}) == 1  # integer optima in the model's units
+    if rows == 2:
+        assert_lex_close(values["auto"], brute_force(inst, place, 2, objective), rel=1e-3)
+
+
+def test_unknown_grouping_is_an_input_error():
+    """``together`` must name a grouping: a one-line InputError naming the field."""
+    from rp_opt.errors import InputError
+
+    inst = make_window(5, D=2, G=2, seed=3)
+    with pytest.raises(InputError) as err:
+        solve_packing(inst, Placement.identity(2, 4, 2), 2, objective="sync", time_limit=5, together="all")
+    assert err.value.field == "together" and "'all'" in str(err.value)
 
 
 @given(st.lists(st.integers(0, 1000), min_size=2, max_size=4))
@@ -606,9 +629,13 @@ def test_proof_workers_per_solve(objective, G, first):
     res = solve_packing(inst, place, 2, objective=objective, time_limit=30)
     checked(inst, res)
     assert res.status == "optimal"
-    solved = [lv for lv in res.stats["levels"] if not lv.get("implied")]
-    assert len(solved) >= 2 and solved[0]["subsolvers"] == first
-    assert all(lv["subsolvers"] == BOTH for lv in solved[1:])
+    # one entry per solve: a level neither implied by an earlier one nor solved with one.
+    # Two rows: levels 1 and 2 as one solve, then level 3; with G = 1 level 2 is level 1,
+    # so levels 1 and 3 are one solve
+    solves = [lv for k, lv in enumerate(res.stats["levels"])
+              if not lv.get("implied") and lv.get("solved_together", [k + 1])[0] == k + 1]
+    assert len(solves) == (1 if G == 1 else 2) and solves[0]["subsolvers"] == first
+    assert all(lv["subsolvers"] == BOTH for lv in solves[1:])
     assert_lex_close(res.score, brute_force(inst, place, 2, objective))
 
 

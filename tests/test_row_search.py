@@ -69,7 +69,8 @@ def test_search_ends_in_a_row_pair_optimum(objective, G):
 
     def solve(sub, sub_start, seconds, fixed):
         assert (fixed is None) is rows_separable(obj.levels[0], G)
-        return _two_row_layout(sub, place, obj, sub_start, seconds, fixed, 0, "cpsat", None, None, True, True)
+        return _two_row_layout(sub, place, obj, sub_start, seconds, fixed, 0, "cpsat", None, None, True, True,
+                               "auto")
 
     layout, stats = row_pair_search(inst, place, start, obj, 60.0, solve)
     assert stats.stopped == "every pair of rows solved without a gain"
@@ -151,7 +152,7 @@ def test_two_row_model_with_fixed_rows_minimises_the_whole_window(objective):
     fixed = context(layout_costs(inst, place, start), rows)
     assert fixed[0].shape == fixed[1].shape == (1, 2)
     sub, proven = _two_row_layout(renumbered(inst, samples), place, obj, sub_start, 30.0, fixed, 0, "cpsat", None,
-                                  None, True, True)
+                                  None, True, True, "auto")
     assert proven
     best = put_back(start, rows, samples, sub)
     assert layout_valid(packing_data(inst, place, 3), best)

@@ -48,7 +48,7 @@ from ...solvers import register_solver
 from ...window import Instance
 from .common import (Budget, build_seconds, canonical_layout, greedy_layout, heaviest_first,
                      layout_valid, lex_better, packing_data, renumbered, symmetry_mode, too_big)
-from .cpsat_model import PROOF, SolveOutcome
+from .cpsat_model import PROOF, TOGETHER, TOGETHER_MODES, SolveOutcome
 from .row_search import row_pair_search
 
 # share of the time left after the start that the row-pair search may take (it ends
@@ -130,6 +130,8 @@ def check_args(**args) -> dict:
             out[name] = integer(name, value, 0, MAX_SEED, text=True)
         elif name in _SWITCHES:
             out[name] = switch(name, value, text=True)
+        elif name == "together":
+            require(value in TOGETHER_MODES, name, f"must be one of {', '.join(TOGETHER_MODES)}, got {value!r}")
     return out
 
 
@@ -153,7 +155,8 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
                   backend: str = "cpsat", symmetry: bool = True, tighten: bool = True,
                   workers: int | None = None, subsolvers: tuple[str, ...] | str | None = PROOF,
                   mip_start: bool = False, heuristic_start: bool = True,
-                  relax_bound: bool = True, row_search: bool = True, solver_name: str = "exact") -> Result:
+                  relax_bound: bool = True, row_search: bool = True, together: str = TOGETHER,
+                  solver_name: str = "exact") -> Result:
     """Optimal layout of ``instance`` for a fixed ``placement`` and ``num_rows`` rows.
 
     Parameters
@@ -196,6 +199,9 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         rows exactly (:func:`.row_search.row_pair_search`, at most :data:`ROW_SEARCH_SHARE`
         of the time left, less when no pair improves). When level 1 is not a sum over rows
         (``shard``), the two-row models count the other rows as constants.
+    together
+        CP-SAT: which levels one solve minimises together (``auto``, ``leading``, ``later``,
+        ``none``; :meth:`.cpsat_model.CpsatPacking.solve_groups`).
     mip_start
         HiGHS only: pass ``start`` as a MIP start (HiGHS then runs without presolve, see
         :mod:`.pyomo_model` for the HiGHS 1.16 bug this avoids); CP-SAT always gets hints.
@@ -212,7 +218,8 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     subsolvers = _subsolver_names(subsolvers)
     num_rows = integer("num_rows", num_rows, 1)
     args = check_args(seed=seed, workers=workers, symmetry=symmetry, tighten=tighten, mip_start=mip_start,
-                      heuristic_start=heuristic_start, relax_bound=relax_bound, row_search=row_search)
+                      heuristic_start=heuristic_start, relax_bound=relax_bound, row_search=row_search,
+                      together=together)
     seed = args.pop("seed")
     # the build estimate needs the model's size only: no rank demand (the model computes it,
     # in its own numbering)
@@ -273,7 +280,7 @@ def _all_proven(levels, obj) -> bool:
 
 
 def _two_row_layout(sub: Instance, placement: Placement, obj, start: Layout, seconds: float, fixed, seed, backend,
-                    workers, subsolvers, symmetry, tighten) -> tuple[Layout | None, bool]:
+                    workers, subsolvers, symmetry, tighten, together) -> tuple[Layout | None, bool]:
     """The exact solve of one two-row sub-window for :func:`.row_search.row_pair_search`
     (warm-started by ``start``; no heuristic start, relaxation or row search of its own):
     its layout and whether it is proven optimal. ``fixed``: None, or the other rows'
@@ -281,7 +288,8 @@ def _two_row_layout(sub: Instance, placement: Placement, obj, start: Layout, sec
     if fixed is None:
         res = solve_packing(sub, placement, 2, objective=obj, time_limit=seconds, seed=seed, start=start,
                             backend=backend, symmetry=symmetry, tighten=tighten, workers=workers,
-                            subsolvers=subsolvers, heuristic_start=False, relax_bound=False, row_search=False)
+                            subsolvers=subsolvers, heuristic_start=False, relax_bound=False, row_search=False,
+                            together=together)
         return (res.plan.layout if res.plan is not None else None), res.status == OPTIMAL
     from .cpsat_model import CpsatPacking
 
@@ -293,13 +301,13 @@ def _two_row_layout(sub: Instance, placement: Placement, obj, start: Layout, sec
     if mode:
         start = canonical_layout(start, data.num_shards, mode, fixed_shards=True)
     out = builder.solve(Budget(seconds - (time.perf_counter() - t0)), seed=seed, workers=workers,
-                        subsolvers=subsolvers, start=start)
+                        subsolvers=subsolvers, start=start, together=together)
     return out.layout, _all_proven(out.levels, obj)
 
 
 def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj, time_limit, seed, start, backend,
                    subsolvers, solver_name, t0, build, *, workers, symmetry, tighten, mip_start,
-                   heuristic_start, relax_bound, row_search) -> Result:
+                   heuristic_start, relax_bound, row_search, together) -> Result:
     """:func:`solve_packing` on checked arguments, in the numbering of ``instance``
     (``build``: the model's build estimate, seconds)."""
     window, coefficients = instance.window, _coefficients(instance)
@@ -348,7 +356,7 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
                 instance, placement, start, obj, seconds,
                 lambda sub, sub_start, limit, fixed: _two_row_layout(sub, placement, obj, sub_start, limit, fixed,
                                                                      seed, backend, workers, subsolvers, symmetry,
-                                                                     tighten),
+                                                                     tighten, together),
                 seed=seed)
             stats["row_search"] = found.to_dict()
         else:
@@ -404,7 +412,7 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
         builder = CpsatPacking(data, obj, mode, tighten=tighten, eq4=eq4)
         stats["scale"] = {"K": builder.scale.K, "att_mult": builder.scale.att_mult, "gamma_int": builder.scale.gamma_int}
         out = builder.solve(budget, seed=seed, workers=workers, subsolvers=subsolvers, start=start,
-                            extra_bound=relaxation)
+                            extra_bound=relaxation, together=together)
     else:
         from .pyomo_model import PyomoPacking
 
@@ -502,11 +510,11 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
         ``cpsat`` (default, faster in the measurements of ``scripts/bench_exact.py``) or ``highs``.
     options
         ``symmetry`` (bool), ``tighten`` (bool), ``workers`` (int), ``subsolvers`` (names or None),
-        ``mip_start`` (bool), ``heuristic_start`` (bool), ``relax_bound`` (bool), ``row_search`` (bool): see
-        :func:`solve_packing`.
+        ``mip_start`` (bool), ``heuristic_start`` (bool), ``relax_bound`` (bool), ``row_search`` (bool),
+        ``together`` (``auto``, ``leading``, ``later``, ``none``): see :func:`solve_packing`.
     """
     t0 = time.perf_counter()
-    known = {"workers", "subsolvers", *_SWITCHES}
+    known = {"workers", "subsolvers", "together", *_SWITCHES}
     unknown = set(options) - known
     require(not unknown, "options", f"unknown option(s) {sorted(unknown)} for solver exact; known: "
             f"{', '.join(sorted(known | {'backend', 'num_rows', 'placement'}))}")

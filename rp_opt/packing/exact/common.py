@@ -515,8 +515,8 @@ class Budget:
     def left(self) -> float:
         return max(0.0, self.seconds - (time.perf_counter() - self.start))
 
-    def for_level(self, k: int, n: int) -> float:
+    def for_level(self, k: int, n: int, first_share: float = 0.8) -> float:
         left = self.left()
-        share = 1.0 if k == n - 1 else 0.8 if k == 0 else 0.5
+        share = 1.0 if k == n - 1 else first_share if k == 0 else 0.5
         limit = max(left * share, 0.05)
         return limit if k == 0 else min(limit, left)

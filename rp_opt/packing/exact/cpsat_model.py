@@ -26,13 +26,20 @@ from ortools.sat.python import cp_model
 
 from ..._cpsat import solve as cpsat_solve
 from ...cost import Objective, attention_waste
-from ...errors import InputError
+from ...errors import InputError, require
 from ...solution import Layout
 from .common import (Budget, PackingData, aggregate_count, integer_scale, level_key, linearize_aggregate, rational,
                      symmetry_chains)
 from .row_search import rows_separable
 
 log = logging.getLogger("rp_opt")
+
+# which levels one CP-SAT solve minimises together (CpsatPacking.solve_groups): ``auto``
+# is ``leading`` for windows of at most two rows, else ``later``
+TOGETHER_MODES = ("auto", "leading", "later", "none")
+TOGETHER = "auto"
+# the time share of a first solve that minimises several levels together
+LEADING_SHARE = 0.95
 
 # search orders of CpsatPacking(branch=...)
 BRANCH_ORDERS = ("blocks", "cells")
@@ -374,6 +381,33 @@ class CpsatPacking:
             return None
         return weights
 
+    def solve_groups(self, todo: list, together: str = TOGETHER) -> list[list]:
+        """The levels ``todo`` (indices into :attr:`levels`) split into the solves that run
+        them: each solve takes the longest run of the next levels whose :meth:`stacked`
+        weights stay exact. ``together``: ``"leading"`` from the first level on, ``"later"``
+        from the second on, ``"none"`` one level per solve, ``"auto"`` (the default)
+        ``"leading"`` for at most two rows, else ``"later"``.
+
+        Why ``auto``: every level after the first is proven by searching the layouts at the
+        first level's optimum again, and with two rows that search is most of the work.
+        Solved with level 1, level 2 costs little more (N = 32, G = 2, ``sync`` window of
+        scripts/bench_exact.py, seed 0: levels 1 and 2 together 48.8 s, level 3 then 0.1 s;
+        level 1 alone 45.0 s, then levels 2 and 3 36.4 s). With four rows level 1 is not
+        proven within a minute, and a bound from the stacked sum is weaker (N = 64, G = 1,
+        60 s: gap 1.34 % against 0.37 %).
+        """
+        require(together in TOGETHER_MODES, "together", f"must be one of {TOGETHER_MODES}, got {together!r}")
+        if together == "auto":
+            together = "leading" if self.data.num_rows <= 2 else "later"
+        groups, pos = [], 0
+        while pos < len(todo):
+            size = 1
+            if together == "leading" or (together == "later" and pos >= 1):
+                size = next((k for k in range(len(todo) - pos, 1, -1) if self.stacked(todo[pos:pos + k])), 1)
+            groups.append(todo[pos:pos + size])
+            pos += size
+        return groups
+
     def layout_from(self, solver) -> Layout:
         cell_of = np.empty(self.data.num_samples, dtype=np.int64)
         for i, cells in enumerate(self.cells_of):
@@ -386,14 +420,15 @@ class CpsatPacking:
     def solve(self, budget: Budget, *, seed: int = 0, workers: int | None = None,
               subsolvers: tuple[str, ...] | str | None = PROOF, start: Layout | None = None,
               extra_hint=None, on_solution=None, params: dict | None = None,
-              extra_bound=None, together: bool = True) -> SolveOutcome:
+              extra_bound=None, together: str = TOGETHER) -> SolveOutcome:
         """Lexicographic sequence of solves within ``budget``.
 
-        With ``together``, the levels after the first are solved as one: the minimum of
-        sum_j w_j L_j with w_j > the largest value the later levels can take
-        (:meth:`stacked`) is their lexicographic minimum, proven in one search instead of one
-        per level (N = 20, G = 2, sync window of scripts/bench_exact.py, level 1 held: 16.7 s
-        together, 25.2 + 23.3 s one after the other).
+        Consecutive levels are solved as one where ``together`` says so
+        (:meth:`solve_groups`): the minimum of sum_j w_j L_j with w_j > the largest value the
+        later levels can take (:meth:`stacked`) is their lexicographic minimum, proven in one
+        search instead of one per level (N = 20, G = 2, sync window of
+        scripts/bench_exact.py, level 1 held: 16.7 s for levels 2 and 3 together, 25.2 +
+        23.3 s one after the other).
 
         ``subsolvers``: CP-SAT's full-problem workers by name (default :data:`PROOF`:
         :func:`proof_subsolvers`, per solve; None: CP-SAT's own
@@ -412,7 +447,6 @@ class CpsatPacking:
         outcomes, layout, extra = [], None, {}
         self.hint(start, extra_hint(None) if extra_hint else None)
         todo = [k for k in range(len(self.levels)) if self.level_keys[k] not in self.level_keys[:k]]
-        n = len(todo)
 
         def run(expr, limit, first):
             names = proof_subsolvers(self.objective.levels[0], self.data.num_shards, self.data.num_rows, first) \
@@ -433,14 +467,15 @@ class CpsatPacking:
                 raise InputError("subsolvers" if "subsolver" in info else "model", info)
             return solver, status, names
 
+        groups = self.solve_groups(todo, together)
         pos = 0
-        while pos < n:
-            # the levels after the first as one solve when their stacked weights stay exact
-            weights = self.stacked(todo[pos:]) if together and pos >= 1 and n - pos > 1 else None
-            ks = todo[pos:] if weights else todo[pos:pos + 1]
-            weights = weights or [1]
+        for g, ks in enumerate(groups):
+            weights = self.stacked(ks) if len(ks) > 1 else [1]
             expr = self.levels[ks[0]][0] if len(ks) == 1 else sum(w * self.levels[k][0] for w, k in zip(weights, ks))
-            limit = budget.for_level(pos + len(ks) - 1, n)
+            # a first solve of several levels leaves a search of the last ones with those
+            # held, which is short (N = 32, G = 2, sync window of scripts/bench_exact.py:
+            # level 3 proven in 0.1 s once levels 1 and 2 were held)
+            limit = budget.for_level(g, len(groups), LEADING_SHARE if len(groups[0]) > 1 else 0.8)
             t0 = time.perf_counter()
             solver, status, names = run(expr, limit, pos == 0)
             secs = time.perf_counter() - t0
