@@ -20,7 +20,9 @@ the start and, through it, CP-SAT's bound. With symmetry breaking, the models nu
 samples heaviest first (:func:`.common.heaviest_first`), so the chains fix where the
 longest samples sit; plans come back in the caller's numbering. CP-SAT
 searches longest sample first, each sample's block before its cell, with the workers
-:func:`.cpsat_model.proof_subsolvers` picks for each solve of the sequence; when level 1
+:func:`.cpsat_model.proof_subsolvers` picks for each solve of the sequence (with two rows,
+levels 1 and 2 are one solve and level 3 the next; else level 1, then the later levels as
+one: :meth:`.cpsat_model.CpsatPacking.solve_groups`); when level 1
 ends unproven, a partial LP relaxation bounds it (:func:`.pyomo_model.relaxation_bound`:
 the costliest samples binary, the rest continuous). Before the heaviest-first numbering it gave most reported bounds; now
 CP-SAT's own is close or above (N = 24, G = 2, sync: 13977.6 against 13981.6; N = 64,
