@@ -11,11 +11,11 @@ import signal
 import threading
 
 
-def solve(solver, model) -> int:
-    """``solver.solve(model)``, then Python's SIGINT handler re-installed (main thread only:
-    elsewhere signal handlers cannot be set, and Python's stays as it was)."""
+def solve(solver, model, callback=None) -> int:
+    """``solver.solve(model, callback)``, then Python's SIGINT handler re-installed (main
+    thread only: elsewhere signal handlers cannot be set, and Python's stays as it was)."""
     try:
-        return solver.solve(model)
+        return solver.solve(model, callback)
     finally:
         if threading.current_thread() is threading.main_thread():
             handler = signal.getsignal(signal.SIGINT)

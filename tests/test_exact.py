@@ -635,7 +635,11 @@ def test_proof_workers_per_solve(objective, G, first):
     solves = [lv for k, lv in enumerate(res.stats["levels"])
               if not lv.get("implied") and lv.get("solved_together", [k + 1])[0] == k + 1]
     assert len(solves) == (1 if G == 1 else 2) and solves[0]["subsolvers"] == first
-    assert all(lv["subsolvers"] == BOTH for lv in solves[1:])
+    # a first solve with fixed alone has the last one run beside it, on the other core,
+    # with fixed alone too (.overlap); else the later solves run both workers
+    beside = first == ["fixed"] and G == 2
+    assert all(lv["subsolvers"] == (["fixed"] if beside else BOTH) for lv in solves[1:])
+    assert all(("beside_first_solve" in lv) is beside for lv in solves[1:])
     assert_lex_close(res.score, brute_force(inst, place, 2, objective))
 
 
