@@ -7,6 +7,7 @@ enumeration scored by rp_opt.cost.
 from __future__ import annotations
 
 import itertools
+import time
 
 import numpy as np
 import pytest
@@ -756,3 +757,55 @@ def test_highs_margin_covers_the_level_hold():
     checked(inst, res, num_rows=3)
     assert res.score[0] <= optimum + 2 * res.stats["rounding"][0] + 1e-12
     assert res.bound <= optimum + 1e-12
+
+
+def test_last_solve_beside_the_first_answers_for_the_final_incumbent():
+    """:class:`.overlap.LastSolve` (7 samples, 2 rows, G = 2, sync): offered a greedy
+    layout and then the optimum of levels 1 and 2, it answers for the one asked about:
+    level 3 minimised with levels 1 and 2 held at that incumbent's values, as a solve after
+    the first would; asked with other values, None."""
+    from ortools.sat.python import cp_model
+
+    from rp_opt.packing.exact.common import Budget, canonical_layout, greedy_layout
+    from rp_opt.packing.exact.cpsat_model import CpsatPacking
+    from rp_opt.packing.exact.overlap import LastSolve
+
+    inst = make_window(7, D=2, G=2, C=80, seed=1)
+    place = Placement.identity(2, 4, 2)
+    data = packing_data(inst, place, 2)
+    obj = get_objective("sync")
+    reference = CpsatPacking(data, obj, symmetry_mode(obj)).solve(Budget(60.0), together="none")
+    assert [o.status for o in reference.levels] == ["optimal"] * 3
+
+    builder = CpsatPacking(data, obj, symmetry_mode(obj))
+    held = [builder.levels[0][0], builder.levels[1][0]]
+    y = list(builder.y.values())
+
+    def incumbent(layout):
+        """Level values (model units) and y values of ``layout``."""
+        builder.hint(layout)
+        solver = cp_model.CpSolver()
+        solver.parameters.fix_variables_to_their_hinted_value = True
+        builder.model.minimize(held[0])
+        assert solver.solve(builder.model) == cp_model.OPTIMAL
+        return [round(solver.value(e)) for e in held], [int(solver.boolean_value(v)) for v in y]
+
+    def make_solver(seconds):
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = seconds
+        solver.parameters.num_workers = 1
+        return solver
+
+    last = LastSolve(builder.model, held, builder.levels[2][0], y, make_solver, time.perf_counter() + 60)
+    try:
+        first = last.offer(*incumbent(canonical_layout(greedy_layout(data), 2, symmetry_mode(obj))))
+        values, hint = incumbent(reference.layout)
+        final = last.offer(values, hint)
+        assert (first, final) == (1, 2)
+        solver, status, _ = last.result(final, values)
+        assert status == cp_model.OPTIMAL
+        assert round(solver.objective_value) / builder.levels[2][1] == reference.levels[2].value
+        assert last.result(final, [v + 1 for v in values]) is None
+    finally:
+        last.close()
+    assert 1 <= last.started <= 2
