@@ -437,6 +437,14 @@ class CpsatPacking:
         for CP-SAT's interleaved LNS, 8 with CP-SAT's portfolio; CP-SAT keeps one of them
         for LNS, so with two or fewer only the first named subsolver searches).
 
+        Two solves whose first runs ``fixed`` alone (the default workers, ``workers``
+        unset, no ``extra_hint``): the first runs on one thread, and the last runs beside
+        it on another, ``fixed`` alone, against each incumbent of the first
+        (:class:`.overlap.LastSolve`; its stats say ``beside_first_solve``). N = 24, G = 2,
+        ``sync`` window of scripts/bench_exact.py, seed 0, 60 s: proven in 47.9 s, levels
+        1-2 taking 45.4 s and level 3 13.4 s of them; one after the other, 55.2-59.6 s and
+        one run unproven.
+
         ``extra_hint(solver or None) -> dict var -> value`` adds hints for the caller's own
         variables (the joint model's placement); ``on_solution(solver)`` reads them back.
         ``params`` sets further CP-SAT parameters by name. ``extra_bound()`` is called once
