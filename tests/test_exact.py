@@ -632,10 +632,10 @@ def test_proof_workers_per_solve(objective, G, first):
     assert res.status == "optimal"
     # one entry per solve: a level neither implied by an earlier one nor solved with one.
     # Two rows: levels 1 and 2 as one solve, then level 3; with G = 1 level 2 is level 1,
-    # so levels 1 and 3 are one solve
+    # and levels 1 and 3 are two solves
     solves = [lv for k, lv in enumerate(res.stats["levels"])
               if not lv.get("implied") and lv.get("solved_together", [k + 1])[0] == k + 1]
-    assert len(solves) == (1 if G == 1 else 2) and solves[0]["subsolvers"] == first
+    assert len(solves) == 2 and solves[0]["subsolvers"] == first
     # a first solve with fixed alone has the last one run beside it, on the other core,
     # with fixed alone too (.overlap); else the later solves run both workers
     beside = first == ["fixed"] and G == 2
@@ -809,3 +809,17 @@ def test_last_solve_beside_the_first_answers_for_the_final_incumbent():
     finally:
         last.close()
     assert 1 <= last.started <= 2
+
+
+def test_auto_grouping_leaves_a_second_solve():
+    """``auto`` with two rows and G = 1 (level 2 is level 1, so levels 1 and 3 remain):
+    ``leading`` would put both in one solve; ``auto`` keeps two, as ``later`` does."""
+    from rp_opt.packing.exact.cpsat_model import CpsatPacking
+
+    inst = make_window(7, D=2, G=1, C=80, seed=1)
+    obj = get_objective("sync")
+    builder = CpsatPacking(packing_data(inst, Placement.identity(2, 4, 2), 2), obj, symmetry_mode(obj))
+    todo = [k for k in range(3) if builder.level_keys[k] not in builder.level_keys[:k]]
+    assert todo == [0, 2]
+    assert builder.solve_groups(todo, "leading") == [[0, 2]]
+    assert builder.solve_groups(todo, "auto") == builder.solve_groups(todo, "later") == [[0], [2]]

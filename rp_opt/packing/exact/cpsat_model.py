@@ -387,7 +387,8 @@ class CpsatPacking:
         them: each solve takes the longest run of the next levels whose :meth:`stacked`
         weights stay exact. ``together``: ``"leading"`` from the first level on, ``"later"``
         from the second on, ``"none"`` one level per solve, ``"auto"`` (the default)
-        ``"leading"`` for at most two rows, else ``"later"``.
+        ``"leading"`` for at most two rows when that leaves a level for a second solve, else
+        ``"later"``.
 
         Why ``auto``: every level after the first is proven by searching the layouts at the
         first level's optimum again, and with two rows that search is most of the work.
@@ -395,11 +396,14 @@ class CpsatPacking:
         scripts/bench_exact.py, seed 0: levels 1 and 2 together 48.8 s, level 3 then 0.1 s;
         level 1 alone 45.0 s, then levels 2 and 3 36.4 s). With four rows level 1 is not
         proven within a minute, and a bound from the stacked sum is weaker (N = 64, G = 1,
-        60 s: gap 1.34 % against 0.37 %).
+        60 s: gap 1.34 % against 0.37 %). Why not all levels in one solve: with G = 1 level 2
+        is level 1, and levels 1 and 3 as one took 9.3-40.0 s on the N = 32, G = 1 window
+        (four runs), one after the other 11.4-12.6 s (three).
         """
         require(together in TOGETHER_MODES, "together", f"must be one of {TOGETHER_MODES}, got {together!r}")
         if together == "auto":
-            together = "leading" if self.data.num_rows <= 2 else "later"
+            leading = self.solve_groups(todo, "leading") if self.data.num_rows <= 2 else []
+            return leading if len(leading) > 1 else self.solve_groups(todo, "later")
         groups, pos = [], 0
         while pos < len(todo):
             size = 1
