@@ -50,7 +50,7 @@ class LastSolve:
         self._cond = threading.Condition()
         self._pending = None   # (generation, values, hint values) of the newest incumbent
         self._running = None   # (generation, solver) of the solve in progress
-        self._done = {}        # generation -> (solver, status, seconds)
+        self._done = {}        # generation -> (solver, status, seconds, values held)
         self.closed = False    # no more solves (set by close)
         self.generation = 0    # incumbents offered so far
         self.started = 0       # solves started (each newer incumbent stops the one before)
