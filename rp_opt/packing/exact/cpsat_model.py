@@ -36,7 +36,7 @@ from .overlap import LastSolve
 log = logging.getLogger("rp_opt")
 
 # which levels one CP-SAT solve minimises together (CpsatPacking.solve_groups): ``auto``
-# is ``leading`` for windows of at most two rows, else ``later``
+# is ``leading`` for windows of at most two rows when a second solve remains, else ``later``
 TOGETHER_MODES = ("auto", "leading", "later", "none")
 TOGETHER = "auto"
 # the time share of a first solve that minimises several levels together
