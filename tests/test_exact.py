@@ -763,7 +763,7 @@ def test_last_solve_beside_the_first_answers_for_the_final_incumbent():
     """:class:`.overlap.LastSolve` (7 samples, 2 rows, G = 2, sync): offered a greedy
     layout and then the optimum of levels 1 and 2, it answers for the one asked about:
     level 3 minimised with levels 1 and 2 held at that incumbent's values, as a solve after
-    the first would; asked with other values, None."""
+    the first would; asked with other values, or about an incumbent never offered, None."""
     from ortools.sat.python import cp_model
 
     from rp_opt.packing.exact.common import Budget, canonical_layout, greedy_layout
@@ -806,6 +806,9 @@ def test_last_solve_beside_the_first_answers_for_the_final_incumbent():
         assert status == cp_model.OPTIMAL
         assert round(solver.objective_value) / builder.levels[2][1] == reference.levels[2].value
         assert last.result(final, [v + 1 for v in values]) is None
+        t0 = time.perf_counter()
+        assert last.result(final + 1, values) is None  # never offered: no wait for the deadline
+        assert time.perf_counter() - t0 < 5
     finally:
         last.close()
     assert 1 <= last.started <= 2

@@ -89,10 +89,13 @@ class LastSolve:
 
     # -- the thread ----------------------------------------------------------------------
     def _gave_up(self, generation: int) -> bool:
-        """Past the deadline with no solve against ``generation`` running or queued."""
+        """No solve against ``generation`` is queued or running (and, as the caller checks,
+        none has ended): never offered, or dropped at the deadline. The thread takes an
+        incumbent from the queue and starts its solve under the lock, so one of the three
+        always holds while it lasts."""
         queued = self._pending is not None and self._pending[0] == generation
         running = self._running is not None and self._running[0] == generation
-        return time.perf_counter() >= self._deadline and not queued and not running
+        return not queued and not running
 
     def _loop(self):
         while True:
