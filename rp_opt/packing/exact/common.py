@@ -505,9 +505,9 @@ def too_big(seconds: float, left: float) -> str | None:
 @dataclass
 class Budget:
     """Wall-clock budget shared by the levels: level k of n gets a share of what is left
-    (the first level the most: it decides the primary score and the bound), at least
-    0.05 s; a later level never more than is left (the first keeps the 0.05 s: a plan
-    needs one solve)."""
+    (the first level the most, ``first_share``: it decides the primary score and the
+    bound), at least 0.05 s; a later level never more than is left (the first keeps the
+    0.05 s: a plan needs one solve)."""
 
     seconds: float
     start: float = field(default_factory=time.perf_counter)

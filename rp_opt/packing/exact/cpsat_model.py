@@ -400,7 +400,8 @@ class CpsatPacking:
         is level 1, and levels 1 and 3 as one took 9.3-40.0 s on the N = 32, G = 1 window
         (four runs), one after the other 11.4-12.6 s (three).
         """
-        require(together in TOGETHER_MODES, "together", f"must be one of {TOGETHER_MODES}, got {together!r}")
+        require(together in TOGETHER_MODES, "together",
+                f"must be one of {', '.join(TOGETHER_MODES)}, got {together!r}")
         if together == "auto":
             leading = self.solve_groups(todo, "leading") if self.data.num_rows <= 2 else []
             return leading if len(leading) > 1 else self.solve_groups(todo, "later")
