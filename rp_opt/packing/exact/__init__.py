@@ -100,7 +100,7 @@ def _heuristic_layout(instance, placement, num_rows, obj, data, time_limit, seed
         # a better start shortens the proof: N = 32, G = 2, sync, seed-1 window of
         # scripts/bench_exact.py (solver seed 1), 60 s: not proven in three runs with a
         # 1.6-s start (17773.4 against the optimum 17739.4), proven in 33.7 and 30.8 s
-        # with a 5-s one (17751.2)
+        # with a 5-s one (the first started from 17751.2)
         seconds = min(0.1 * float(time_limit), 0.15 * data.num_samples, 5.0)
     if seconds < 0.2:
         return None
