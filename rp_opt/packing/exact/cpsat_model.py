@@ -473,9 +473,13 @@ class CpsatPacking:
                 setattr(solver.parameters, key, val)
             return solver
 
+        def names_of(first):
+            if subsolvers != PROOF:
+                return subsolvers
+            return proof_subsolvers(self.objective.levels[0], self.data.num_shards, self.data.num_rows, first)
+
         def run(expr, limit, first, callback=None):
-            names = proof_subsolvers(self.objective.levels[0], self.data.num_shards, self.data.num_rows, first) \
-                if subsolvers == PROOF else subsolvers
+            names = names_of(first)
             # beside a last solve: one thread (the other core runs that solve)
             threads = 1 if callback is not None else workers or (len(names) + 1 if names else 8)
             solver = configured(limit, names, threads)
@@ -495,24 +499,23 @@ class CpsatPacking:
         groups = self.solve_groups(todo, together)
         last, offer = None, None
         if (len(groups) == 2 and len(groups[0]) > 1 and subsolvers == PROOF and workers is None
-                and extra_hint is None and proof_subsolvers(self.objective.levels[0], self.data.num_shards,
-                                                            self.data.num_rows, True) == ("fixed",)):
+                and extra_hint is None and names_of(True) == ("fixed",)):
             # the first solve's fixed worker alone: the last solve runs beside it (.overlap)
-            held = [self.levels[k][0] for k in groups[0]]
-            last = LastSolve(m, held, group_expr(groups[1])[0], list(self.y.values()),
+            held, y_vars = [self.levels[k][0] for k in groups[0]], list(self.y.values())
+            last = LastSolve(m, held, group_expr(groups[1])[0], y_vars,
                              lambda seconds: configured(seconds, ("fixed",), 1), budget.start + budget.seconds)
-            offer = _Offer(last, held, list(self.y.values()))
+            offer = _Offer(last, held, y_vars)
+        held_values = []  # the values the solves so far hold their levels at (model units)
         try:
-            pos = 0
-            held_values = []
             for g, ks in enumerate(groups):
                 expr, weights = group_expr(ks)
                 # a first solve of several levels leaves a search of the last ones with those
                 # held, which is short (N = 32, G = 2, sync window of scripts/bench_exact.py:
                 # level 3 proven in 0.1 s once levels 1 and 2 were held)
-                limit = budget.for_level(g, len(groups), LEADING_SHARE if len(groups[0]) > 1 else 0.8)
+                limit = (budget.for_level(g, len(groups), LEADING_SHARE) if len(groups[0]) > 1
+                         else budget.for_level(g, len(groups)))
                 t0 = time.perf_counter()
-                ready = None
+                ready, more = None, {}
                 if last is not None and g == 1:
                     # the last solve against the first's final plan: done, running, or (when
                     # none could start before the deadline) run here with what is left
@@ -521,60 +524,45 @@ class CpsatPacking:
                 if ready is not None:
                     solver, status, secs = ready
                     names, limit = ("fixed",), solver.parameters.max_time_in_seconds
+                    more = {"beside_first_solve": {"incumbents": last.generation, "solves": last.started}}
                 else:
-                    solver, status, names = run(expr, limit, pos == 0, offer if g == 0 else None)
+                    solver, status, names = run(expr, limit, g == 0, offer if g == 0 else None)
                     secs = time.perf_counter() - t0
-                outcomes, layout, extra, stop = self._record(
-                    solver, status, names, ks, weights, secs, limit, pos, outcomes, layout, extra, extra_bound,
-                    on_solution, extra_hint, held_values,
-                    {"beside_first_solve": {"incumbents": last.generation, "solves": last.started}}
-                    if ready is not None else {})
-                pos += len(ks)
-                if stop:
+                if g == 0 and extra_bound is not None and status in (cp_model.FEASIBLE, cp_model.UNKNOWN):
+                    # level 1 unproven: a bound of another kind (e.g. the relaxation) before the
+                    # later levels take what is left. Not a constraint of the search: on the
+                    # benchmark that cost more time than it pruned (N = 20, G = 2, sync window
+                    # of scripts/bench_exact.py: level 1 proven in 13 s without it, in 33 s
+                    # with a first short solve, the relaxation and a second solve)
+                    extra_bound()
+                stats = {"status": solver.status_name(status), "seconds": secs, "limit": limit,
+                         "branches": solver.num_branches, "conflicts": solver.num_conflicts,
+                         "subsolvers": list(names) if names else "cpsat", **more}
+                if len(ks) > 1:
+                    stats["solved_together"] = [k + 1 for k in ks]  # level numbers, 1-based
+                if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                    st = "infeasible" if status == cp_model.INFEASIBLE else "no_solution"
+                    outcomes.append(LevelOutcome(st, None, None, secs, stats))
                     break
+                st = "optimal" if status == cp_model.OPTIMAL else "feasible"
+                # the first level's bound: w_0 L_0 + (the rest, at most w_0 - 1) >= the solve's bound
+                bound = solver.best_objective_bound
+                first = bound if len(ks) == 1 else max(0, math.ceil((bound - weights[0] + 1) / weights[0]))
+                for j, k in enumerate(ks):
+                    lexpr, unit = self.levels[k][0], self.levels[k][1]
+                    value = round(solver.objective_value) if len(ks) == 1 else round(solver.value(lexpr))
+                    outcomes.append(LevelOutcome(st, value / unit, first / unit if j == 0 else None, secs, stats))
+                    # hold this level at its value (integer: exact) for the next solve
+                    m.add(lexpr <= value)
+                    held_values.append(value)
+                layout = self.layout_from(solver)
+                if on_solution:
+                    extra = on_solution(solver)
+                self._hint_from(solver, extra_hint)
         finally:
             if last is not None:
                 last.close()
         return self._outcome(todo, outcomes, layout, extra)
-
-    def _record(self, solver, status, names, ks, weights, secs, limit, pos, outcomes, layout, extra, extra_bound,
-                on_solution, extra_hint, held_values, more):
-        """One solve's outcome appended to ``outcomes``, its levels held at their values
-        (and those values appended to ``held_values``); returns ``(outcomes, layout, extra,
-        stop)``, ``stop`` when the solve found no plan."""
-        m = self.model
-        if pos == 0 and extra_bound is not None and status in (cp_model.FEASIBLE, cp_model.UNKNOWN):
-            # level 1 unproven: a bound of another kind (e.g. the relaxation) before the
-            # later levels take what is left. Not a constraint of the search: on the
-            # benchmark that cost more time than it pruned (N = 20, G = 2, sync window
-            # of scripts/bench_exact.py: level 1 proven in 13 s without it, in 33 s
-            # with a first short solve, the relaxation and a second solve)
-            extra_bound()
-        stats = {"status": solver.status_name(status), "seconds": secs, "limit": limit,
-                 "branches": solver.num_branches, "conflicts": solver.num_conflicts,
-                 "subsolvers": list(names) if names else "cpsat", **more}
-        if len(ks) > 1:
-            stats["solved_together"] = [k + 1 for k in ks]  # level numbers, 1-based
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            st = "infeasible" if status == cp_model.INFEASIBLE else "no_solution"
-            outcomes.append(LevelOutcome(st, None, None, secs, stats))
-            return outcomes, layout, extra, True
-        st = "optimal" if status == cp_model.OPTIMAL else "feasible"
-        # the first level's bound: w_0 L_0 + (the rest, at most w_0 - 1) >= the solve's bound
-        bound = solver.best_objective_bound
-        first = bound if len(ks) == 1 else max(0, math.ceil((bound - weights[0] + 1) / weights[0]))
-        for j, k in enumerate(ks):
-            lexpr, unit = self.levels[k][0], self.levels[k][1]
-            value = round(solver.objective_value) if len(ks) == 1 else round(solver.value(lexpr))
-            outcomes.append(LevelOutcome(st, value / unit, first / unit if j == 0 else None, secs, stats))
-            # hold this level at its value (integer: exact) for the next solve
-            m.add(lexpr <= value)
-            held_values.append(value)
-        layout = self.layout_from(solver)
-        if on_solution:
-            extra = on_solution(solver)
-        self._hint_from(solver, extra_hint)
-        return outcomes, layout, extra, False
 
     def _outcome(self, todo, outcomes, layout, extra) -> SolveOutcome:
         """The solves' outcomes per level; levels that repeat an earlier one get its outcome
