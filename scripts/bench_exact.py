@@ -47,7 +47,7 @@ def window(n, g, seed, layers=8, experts=16, capacity=16384):
 
 
 def run_packing(spec: str, time_limit: float, seed: int, workers: int | None, subsolvers, row_search: bool = True,
-                together: str = TOGETHER):
+                together: str = TOGETHER, pooled_bound: bool = True):
     n, g, objective, backend, sym = spec.split(":")
     inst = window(int(n), int(g), seed)
     rows = default_num_rows(inst)
@@ -55,7 +55,7 @@ def run_packing(spec: str, time_limit: float, seed: int, workers: int | None, su
     t0 = time.perf_counter()
     res = solve_packing(inst, place, rows, objective=objective, backend=backend, symmetry=bool(int(sym)),
                         time_limit=time_limit, seed=seed, workers=workers, subsolvers=subsolvers,
-                        row_search=row_search, together=together)
+                        row_search=row_search, together=together, pooled_bound=pooled_bound)
     secs = time.perf_counter() - t0
     rep = check(inst, res.plan, num_rows=rows)
     gap = res.gap
@@ -180,6 +180,8 @@ def main():
     ap.add_argument("--subsolvers", nargs="*", default=None,
                     help="CP-SAT full-problem workers by name, or 'cpsat' for CP-SAT's own portfolio "
                          "(default: per objective, rp_opt.packing.exact.cpsat_model.proof_subsolvers)")
+    ap.add_argument("--no-pooled-bound", action="store_true",
+                    help="without the pooled window's bound before the model (rp_opt.packing.exact.pooled)")
     ap.add_argument("--no-row-search", action="store_true",
                     help="without the row-pair search before the model (rp_opt.packing.exact.row_search)")
     ap.add_argument("--together", choices=TOGETHER_MODES, default=TOGETHER,
@@ -200,7 +202,7 @@ def main():
         subsolvers = PROOF if args.subsolvers is None else ",".join(args.subsolvers)
         for spec in args.runs:
             run_packing(spec, args.time_limit, args.seed, args.workers, subsolvers, not args.no_row_search,
-                        args.together)
+                        args.together, not args.no_pooled_bound)
     if args.joint:
         run_joint(args.joint, args.time_limit, args.expert_ratio, args.objective, args.joint_experts,
                   args.joint_ranks, args.joint_layers)
