@@ -105,7 +105,8 @@ class Result:
             lines.append(f"  objective {self.plan.objective}")
             lines.append("  score     (" + ", ".join(f"{x:.6g}" for x in self.score) + ")")
         if self.bound is not None:
-            lines.append(f"  bound     {self.bound:.6g}")
+            source = self.stats.get("bound_from") if isinstance(self.stats, dict) else None
+            lines.append(f"  bound     {self.bound:.6g}" + (f" (from: {source})" if source else ""))
         if self.gap is not None:
             lines.append(f"  gap       {100 * self.gap:.4f} %")
         return "\n".join(lines)

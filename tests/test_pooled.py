@@ -97,6 +97,12 @@ def test_solve_packing_reports_the_pooled_bound():
     assert pooled["alpha"] == pooled["beta"] == 0.5
     assert pooled["bound"] <= res.score[0] + 1e-9
     assert res.bound >= pooled["bound"] - 1e-9 and res.bound <= res.score[0] + 1e-9
+    # the result names its largest bound, and the summary says it
+    sources = {"analytic": res.stats["analytic_bound"], "pooled": pooled["bound"]}
+    assert res.stats["bound_from"] in ("analytic", "model", "pooled")
+    if res.stats["bound_from"] != "model":
+        assert sources[res.stats["bound_from"]] == pytest.approx(res.bound, rel=1e-9)
+    assert f"(from: {res.stats['bound_from']})" in res.summary()
     off = solve_packing(inst, place, 3, objective="shard", time_limit=20, pooled_bound=False)
     assert res.status == off.status == "optimal"
     checked(inst, off, num_rows=3)

@@ -485,8 +485,9 @@ def _result(instance, placement, obj, out, start, start_score, stats, t0, solver
     analytic = cost_bounds(instance, num_rows, None if stats.get("joint") else place)
     bound = analytic.objective(obj)[0]
     stats["analytic_bound"] = bound
-    if levels and levels[0].bound is not None:
-        bound = max(bound, levels[0].bound - out.rounding[0])
+    stats["bound_from"] = "analytic"  # which of the bounds below is the largest
+    if levels and levels[0].bound is not None and levels[0].bound - out.rounding[0] > bound:
+        bound, stats["bound_from"] = levels[0].bound - out.rounding[0], "model"
     # bounds of level 1 from other models: the partial relaxation, the pooled window
     others = {name: (stats.get(name) or {}).get("bound") for name in ("relaxation", "pooled")}
     others = {name: b for name, b in others.items() if b is not None}
@@ -494,7 +495,8 @@ def _result(instance, placement, obj, out, start, start_score, stats, t0, solver
     if others:
         proven_by = max(others, key=others.get)
         relaxed = others[proven_by]
-        bound = max(bound, relaxed)
+        if relaxed > bound:
+            bound, stats["bound_from"] = relaxed, proven_by
     if levels and levels[0].status == "infeasible":
         stats["reason"] = f"no layout of R={num_rows} rows exists (proven by the {stats['backend']} model)"
         return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, solver_name, stats)
