@@ -47,7 +47,7 @@ def pooled_objective(objective, num_rows: int, num_shards: int) -> Objective | N
     if alpha <= 0 and beta <= 0:
         return None
     total = Aggregate("sum", "rows", "sum", alpha, beta)  # sum_{r,g} (alpha A + beta X)
-    return Objective("pooled", ((((1.0, total)),),), "level 1's block-mean bound: alpha sum A + beta sum X")
+    return Objective("pooled", (((1.0, total),),), "level 1's block-mean bound: alpha sum A + beta sum X")
 
 
 def pooled_instance(instance: Instance) -> Instance:
