@@ -53,7 +53,7 @@ from ...solvers import register_solver
 from ...window import Instance
 from .common import (Budget, build_seconds, canonical_layout, greedy_layout, heaviest_first,
                      layout_valid, lex_better, packing_data, renumbered, symmetry_mode, too_big)
-from .cpsat_model import PROOF, TOGETHER, TOGETHER_MODES, SolveOutcome
+from .cpsat_model import PROOF, TOGETHER, SolveOutcome, check_together
 from .pooled import pooled_bound as pooled_level_bound
 from .pooled import pooled_useful
 from .row_search import row_pair_search
@@ -144,7 +144,7 @@ def check_args(**args) -> dict:
         elif name in _SWITCHES:
             out[name] = switch(name, value, text=True)
         elif name == "together":
-            require(value in TOGETHER_MODES, name, f"must be one of {', '.join(TOGETHER_MODES)}, got {value!r}")
+            check_together(value)
     return out
 
 
@@ -491,12 +491,12 @@ def _result(instance, placement, obj, out, start, start_score, stats, t0, solver
     # bounds of level 1 from other models: the partial relaxation, the pooled window
     others = {name: (stats.get(name) or {}).get("bound") for name in ("relaxation", "pooled")}
     others = {name: b for name, b in others.items() if b is not None}
-    relaxed, proven_by = None, None
+    other_bound, other_source = None, None
     if others:
-        proven_by = max(others, key=others.get)
-        relaxed = others[proven_by]
-        if relaxed > bound:
-            bound, stats["bound_from"] = relaxed, proven_by
+        other_source = max(others, key=others.get)
+        other_bound = others[other_source]
+        if other_bound > bound:
+            bound, stats["bound_from"] = other_bound, other_source
     if levels and levels[0].status == "infeasible":
         stats["reason"] = f"no layout of R={num_rows} rows exists (proven by the {stats['backend']} model)"
         return Result(INFEASIBLE, None, (), None, time.perf_counter() - t0, solver_name, stats)
@@ -504,13 +504,13 @@ def _result(instance, placement, obj, out, start, start_score, stats, t0, solver
         stats["reason"] = f"no layout of R={num_rows} rows found within the time limit"
         return Result(NO_SOLUTION, None, (), bound, time.perf_counter() - t0, solver_name, stats)
     all_opt = _all_proven(levels, obj)
-    if (not all_opt and relaxed is not None and plan_score is not None and len(levels) == len(obj.levels)
+    if (not all_opt and other_bound is not None and plan_score is not None and len(levels) == len(obj.levels)
             and all(o.status == "optimal" for o in levels[1:])
-            and relaxed >= plan_score[0] - out.rounding[0] - 1e-9 * abs(plan_score[0])):
+            and other_bound >= plan_score[0] - out.rounding[0] - 1e-9 * abs(plan_score[0])):
         # the relaxation (or the pooled window) proves level 1 (within the rounding margin);
         # the later levels were solved optimally with level 1 held at this value
         all_opt = True
-        stats["level1_proven_by"] = proven_by
+        stats["level1_proven_by"] = other_source
     if all_opt and plan_score is not None:
         # a proof of the integer model is one of the true objective only up to twice the
         # rounding margin (CP-SAT's scaled costs): "optimal" within 1e-3 of each level
@@ -554,7 +554,8 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
     options
         ``symmetry`` (bool), ``tighten`` (bool), ``workers`` (int), ``subsolvers`` (names or None),
         ``mip_start`` (bool), ``heuristic_start`` (bool), ``relax_bound`` (bool), ``row_search`` (bool),
-        ``together`` (``auto``, ``leading``, ``later``, ``none``): see :func:`solve_packing`.
+        ``pooled_bound`` (bool), ``together`` (``auto``, ``leading``, ``later``, ``none``): see
+        :func:`solve_packing`.
     """
     t0 = time.perf_counter()
     known = {"workers", "subsolvers", "together", *_SWITCHES}

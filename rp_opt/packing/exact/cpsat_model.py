@@ -42,6 +42,13 @@ TOGETHER = "auto"
 # the time share of a first solve that minimises several levels together
 LEADING_SHARE = 0.95
 
+
+def check_together(together) -> str:
+    """``together`` when it is one of :data:`TOGETHER_MODES`, else a one-line InputError."""
+    require(together in TOGETHER_MODES, "together",
+            f"must be one of {', '.join(TOGETHER_MODES)}, got {together!r}")
+    return together
+
 # search orders of CpsatPacking(branch=...)
 BRANCH_ORDERS = ("blocks", "cells")
 
@@ -400,9 +407,7 @@ class CpsatPacking:
         is level 1, and levels 1 and 3 as one took 9.3-40.0 s on the N = 32, G = 1 window
         (four runs), one after the other 11.4-12.6 s (three).
         """
-        require(together in TOGETHER_MODES, "together",
-                f"must be one of {', '.join(TOGETHER_MODES)}, got {together!r}")
-        if together == "auto":
+        if check_together(together) == "auto":
             leading = self.solve_groups(todo, "leading") if self.data.num_rows <= 2 else []
             return leading if len(leading) > 1 else self.solve_groups(todo, "later")
         groups, pos = [], 0
