@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .cost import Costs, get_objective
-from .errors import integer
-from .result import Plan
+from .cost import Costs, Objective, get_objective, objective_names
+from .errors import InputError, integer, require
+from .result import Plan, Result
 from .solution import cell_samples
 from .window import Instance
 
@@ -118,13 +118,16 @@ def check_plan(instance: Instance, placement, rows, objective="sync", num_rows: 
     rows
         rows[r][d] = sample indices of cell (r, d).
     objective
-        Objective to score under.
+        Objective to score under: a registered name or an :class:`~rp_opt.cost.Objective`
+        (registered or not).
     num_rows
         When given (an integer >= 1), the plan must have exactly this many rows (e.g. R*);
         another value raises :class:`~rp_opt.errors.InputError`.
     """
+    require(isinstance(instance, Instance), "instance", f"must be an Instance, got {type(instance).__name__}")
     window, cluster, cost = instance.window, instance.cluster, instance.cost
     num_rows = integer("num_rows", num_rows, low=1, none=True)
+    objective = get_objective(objective)  # a bad name fails before the work, not after it
     violations: list[str] = []
     ranks = _check_placement(placement, window.num_layers, window.num_experts, cluster.ep, violations)
     cells = _check_rows(rows, window.num_samples, cluster.dp, violations)
@@ -168,11 +171,42 @@ def check_plan(instance: Instance, placement, rows, objective="sync", num_rows: 
                 np.add.at(loads[r, g], (layer_index, ranks.ravel()), expert_tokens.ravel())
                 expert[r, g] = cost.gamma * loads[r, g].max(axis=1).sum()
         costs = Costs(attention, expert, loads)
-        score = get_objective(objective).evaluate(costs)
+        score = objective.evaluate(costs)
     return CheckReport(not violations, violations, score, costs)
 
 
-def check(instance: Instance, plan: Plan, objective=None, num_rows: int | None = None) -> CheckReport:
-    """:func:`check_plan` for a :class:`Plan` object (scored under its own objective by default)."""
-    return check_plan(instance, plan.placement.to_list(), plan.layout.to_rows(),
-                      objective or plan.objective, num_rows)
+def check(instance: Instance, plan: Plan, objective: str | Objective | None = None,
+          num_rows: int | None = None) -> CheckReport:
+    """:func:`check_plan` for a :class:`~rp_opt.result.Plan` object.
+
+    Parameters
+    ----------
+    instance
+        The window, cluster and cost model the plan is for.
+    plan
+        The plan (``result.plan``).
+    objective
+        A registered name or an :class:`~rp_opt.cost.Objective`; by default the plan's
+        own. A plan keeps only its objective's name, so a plan made under an unregistered
+        :class:`~rp_opt.cost.Objective` needs that object here.
+    num_rows
+        As for :func:`check_plan`.
+
+    Raises
+    ------
+    InputError
+        ``plan`` is None (no plan: the solver found none, or the window is infeasible) or
+        not a plan; ``objective`` is missing for a plan made under an unregistered one.
+    """
+    if plan is None:
+        raise InputError("plan", "is None, there is no plan to check (the solver found none, e.g. the window "
+                                 "is infeasible: see result.status_text())")
+    if isinstance(plan, Result):
+        raise InputError("plan", f"must be a Plan, got a Result (status {plan.status}): pass result.plan")
+    require(isinstance(plan, Plan), "plan", f"must be a Plan, got {type(plan).__name__}")
+    if objective is None:
+        objective = plan.objective
+        if isinstance(objective, str) and objective not in objective_names():
+            raise InputError("objective", f"the plan was made under objective {objective!r}, which is not "
+                                          f"registered: pass that Objective itself, check(instance, plan, objective)")
+    return check_plan(instance, plan.placement.to_list(), plan.layout.to_rows(), objective, num_rows)

@@ -19,8 +19,8 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import InputError, number, require
-from .solution import Layout, Placement
+from .errors import InputError, integer, number, require
+from .solution import Layout, Placement, placement_for
 from .window import CostModel, Instance, Window
 
 
@@ -206,15 +206,23 @@ def layout_costs(
         The plan.
     demand_by_rank
         ``rank_demand(window, placement)`` when the caller already has it.
+
+    Raises
+    ------
+    InputError
+        A placement that is not a :class:`~rp_opt.solution.Placement` of this window's
+        (L, E) on the cluster's P ranks, or a layout that is not a
+        :class:`~rp_opt.solution.Layout` of its N samples in D slots (one line).
     """
+    require(isinstance(instance, Instance), "instance", f"must be an Instance, got {type(instance).__name__}")
     window, cluster = instance.window, instance.cluster
+    # a placement on another number of ranks scored as if the cluster had them
+    placement_for(placement, cluster.ep, "placement", window.num_layers, window.num_experts)
+    require(isinstance(layout, Layout), "layout", f"must be a Layout, got {type(layout).__name__}")
     if layout.num_slots != cluster.dp:
         raise InputError("layout", f"has {layout.num_slots} slots, the cluster has D={cluster.dp}")
     if layout.cell_of.size != window.num_samples:
         raise InputError("layout", f"places {layout.cell_of.size} samples, the window has N={window.num_samples}")
-    if placement.ranks.shape != (window.num_layers, window.num_experts):
-        raise InputError("placement", f"shape {placement.ranks.shape} does not match the window's (L, E) = "
-                                      f"({window.num_layers}, {window.num_experts})")
     attention = attention_cost(window, instance.cost, layout, cluster.edp)
     if demand_by_rank is None:
         loads = block_rank_load(window, placement, layout, cluster.edp)
@@ -388,7 +396,16 @@ register_objective(Objective(
 
 def score(instance: Instance, placement: Placement, layout: Layout, objective="sync",
           demand_by_rank: np.ndarray | None = None) -> tuple[float, ...]:
-    """The lexicographic score of a plan under ``objective``."""
+    """The lexicographic score of a plan under ``objective`` (a registered name or an
+    :class:`Objective`).
+
+    Raises
+    ------
+    InputError
+        ``placement`` not a :class:`~rp_opt.solution.Placement` for this window and the
+        cluster's P ranks, ``layout`` not a :class:`~rp_opt.solution.Layout` of its N
+        samples in D slots, or an unknown objective (one line naming the field).
+    """
     return get_objective(objective).evaluate(layout_costs(instance, placement, layout, demand_by_rank))
 
 
@@ -704,8 +721,17 @@ def cost_bounds(instance: Instance, num_rows: int, placement: Placement | None =
     without, they hold for every placement (the joint problem). ``load`` (=
     ``window.expert_load()``) and ``tokens`` [N, L] (tokens each sample routes per layer)
     spare passes over a[i,l,e] when the caller already has them.
+
+    Raises
+    ------
+    InputError
+        ``num_rows`` not an integer >= 1, or ``placement`` not one for this cluster and
+        window (one line naming the field).
     """
+    require(isinstance(instance, Instance), "instance", f"must be an Instance, got {type(instance).__name__}")
+    num_rows = integer("num_rows", num_rows, low=1)
     window, cluster, cost = instance.window, instance.cluster, instance.cost
+    placement = placement_for(placement, cluster.ep, "placement", window.num_layers, window.num_experts, none=True)
     work = stage_work(window, cost)
     attention = cost.layers @ work
     # averages, plus the waste big samples force on the other cells of their blocks

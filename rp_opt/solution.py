@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import InputError, integer, require
-from .window import _frozen
+from .errors import InputError, integer, read_array, require, shown
+from .window import _ArrayFields, _frozen
 
 
-@dataclass(frozen=True)
-class Placement:
+@dataclass(frozen=True, eq=False)
+class Placement(_ArrayFields):
     """Per-layer map of logical experts to EP ranks, pi_l(e) = ranks[l, e].
 
     Parameters
@@ -28,13 +28,15 @@ class Placement:
     num_ranks
         P, an integer >= 1 that divides E (an integral float such as 4.0 counts as 4; a
         bool or a fractional value raises :class:`~rp_opt.errors.InputError`).
+
+    ``==`` compares contents; a placement is not hashable.
     """
 
     ranks: np.ndarray
     num_ranks: int
 
     def __post_init__(self):
-        ranks = np.asarray(self.ranks)
+        ranks = read_array(self.ranks, "placement")  # ragged lists: one line, not numpy's traceback
         require(ranks.ndim == 2, "placement", f"must be [L, E], got shape {ranks.shape}")
         require(ranks.dtype.kind in "iu" or ranks.size == 0, "placement", f"must hold integer ranks, got dtype {ranks.dtype}")
         p = integer("placement.num_ranks", self.num_ranks, low=1)
@@ -146,8 +148,8 @@ def rank_counts(ranks: np.ndarray, num_ranks: int) -> np.ndarray:
     return np.bincount(flat.ravel(), minlength=num_layers * num_ranks).reshape(num_layers, num_ranks)
 
 
-@dataclass(frozen=True)
-class Layout:
+@dataclass(frozen=True, eq=False)
+class Layout(_ArrayFields):
     """R rows x D slots of cells; ``cell_of[i] = r * D + d`` is the cell of sample i.
 
     Parameters
@@ -160,7 +162,8 @@ class Layout:
         D, an integer >= 1.
 
     An integral float (2.0) counts as an integer; a bool or a fractional value of R or D
-    raises :class:`~rp_opt.errors.InputError` naming the field.
+    raises :class:`~rp_opt.errors.InputError` naming the field. ``==`` compares contents;
+    a layout is not hashable.
     """
 
     cell_of: np.ndarray
@@ -168,7 +171,7 @@ class Layout:
     num_slots: int
 
     def __post_init__(self):
-        cell_of = np.asarray(self.cell_of)
+        cell_of = read_array(self.cell_of, "layout")
         require(cell_of.ndim == 1, "layout", f"cell_of must be 1-D, got shape {cell_of.shape}")
         require(cell_of.dtype.kind in "iu" or cell_of.size == 0, "layout", f"cell_of must be integer, got {cell_of.dtype}")
         rows = integer("layout.num_rows", self.num_rows, low=1)
@@ -231,8 +234,20 @@ class Layout:
         return [cells[r * self.num_slots:(r + 1) * self.num_slots] for r in range(self.num_rows)]
 
     def permute_rows(self, order) -> "Layout":
-        """The layout whose row k is this layout's row order[k]."""
-        order = np.asarray(order)
+        """The layout whose row k is this layout's row order[k].
+
+        Raises
+        ------
+        InputError
+            On ``order`` unless it is a permutation of 0..R-1 (one line).
+        """
+        order = read_array(order, "order")
+        rows = self.num_rows
+        require(order.shape == (rows,), "order", f"must list the R={rows} rows once each, got shape {order.shape}")
+        require(order.dtype.kind in "iu", "order", f"must hold integer row indices, got {shown(order)}")
+        # every row exactly once: otherwise new_row below keeps uninitialised entries
+        require(bool(np.array_equal(np.sort(order), np.arange(rows))), "order",
+                f"is not a permutation of the rows 0..{rows - 1}, got {shown(order.tolist())}")
         new_row = np.empty(self.num_rows, dtype=np.int64)
         new_row[order] = np.arange(self.num_rows)
         return Layout(new_row[self.row_of] * self.num_slots + self.slot_of, self.num_rows, self.num_slots)

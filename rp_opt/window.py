@@ -7,24 +7,85 @@ ranks per shard, cell capacity C and an optional per-cell sample limit m.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import weakref
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from .errors import InputError, integer, number, read_array, require
+from .errors import InputError, integer, number, read_array, require, shown
+
+# the read-only arrays _frozen made (by id), so that their views are known to be safe to share
+_OWNERS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
-def _frozen(array: np.ndarray) -> np.ndarray:
-    """A contiguous read-only copy (or view) of ``array``: problem data never changes."""
-    array = np.ascontiguousarray(array)
-    array.setflags(write=False)
-    return array
+def _frozen(array: np.ndarray, caller: np.ndarray | None = None) -> np.ndarray:
+    """``array`` as problem data: C-contiguous, read-only, in memory no one else can write.
+
+    The result is a read-only view of a read-only array made here; numpy refuses to make
+    such a view writable again, so data checked once stay as they were checked. Data
+    frozen here before (another window's arrays, slices of them) are shared as they are.
+
+    Parameters
+    ----------
+    array
+        The checked data.
+    caller
+        The array the caller passed (numpy's reading of it), or None when ``array`` is
+        memory only the calling constructor holds. ``array`` is copied, once, when it
+        may share memory with ``caller``: the caller's array stays writable, and its later
+        changes do not reach the copy.
+    """
+    if _is_frozen(array):
+        return array
+    private = array.flags.owndata and array.flags.c_contiguous \
+        and (caller is None or not np.may_share_memory(array, caller))
+    owner = array if private else np.array(array, order="C")
+    owner.setflags(write=False)
+    _OWNERS[id(owner)] = owner
+    return owner.view()
+
+
+def _is_frozen(array: np.ndarray) -> bool:
+    """Whether ``array`` is a contiguous view of an array :func:`_frozen` made (read-only
+    for good: no one holds a writable reference to its memory)."""
+    base = array.base
+    return base is not None and _OWNERS.get(id(base)) is base and array.flags.c_contiguous
+
+
+class _ArrayFields:
+    """``==`` and ``hash`` for frozen dataclasses that hold numpy arrays.
+
+    The dataclass ``==`` compares tuples of fields, and an array field made it raise
+    "truth value of an array is ambiguous". Here ``==`` compares contents (arrays by
+    shape and values, other fields with ``==``; fields with ``compare=False`` are skipped),
+    and the objects are unhashable (``hash`` raises :class:`TypeError`), like the arrays
+    they hold. Subclasses are declared with ``eq=False`` so that the dataclass keeps these.
+    """
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        for f in fields(self):
+            if not f.compare:
+                continue
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(mine, np.ndarray) or isinstance(theirs, np.ndarray):
+                if not (isinstance(mine, np.ndarray) and isinstance(theirs, np.ndarray)
+                        and mine.shape == theirs.shape and np.array_equal(mine, theirs)):
+                    return False
+            elif not mine == theirs:
+                return False
+        return True
+
+    __hash__ = None
 
 
 def compact_counts(demand: np.ndarray, name: str = "demand") -> np.ndarray:
     """Return ``demand`` as the smallest unsigned integer type that holds it.
 
     A production window (N=4096, L=48, E=256) holds 50M counts: uint16 keeps it at 100 MB.
+    ``demand`` itself comes back (no copy) when it already has that type; :class:`Window`
+    copies such an array of the caller's once, when it freezes it.
     """
     demand = np.asarray(demand)
     if demand.size == 0:
@@ -64,9 +125,14 @@ def checked_lengths(lengths: np.ndarray, field: str = "lengths") -> np.ndarray:
     return lengths
 
 
-@dataclass(frozen=True)
-class Window:
+@dataclass(frozen=True, eq=False)
+class Window(_ArrayFields):
     """Samples of one optimizer step and their replayed routing.
+
+    The window keeps its own read-only copy of every array it is given (no copy of data
+    already frozen by another window): the caller's arrays stay writable, and changing
+    them later does not change the window. ``==`` compares contents; a window is not
+    hashable.
 
     Parameters
     ----------
@@ -92,7 +158,7 @@ class Window:
         lengths = checked_lengths(lengths)
         n = lengths.size
 
-        demand = read_array(self.demand, "demand")
+        given = demand = read_array(self.demand, "demand")
         require(demand.ndim == 3, "demand", f"must be 3-D [N, L, E], got shape {demand.shape}")
         require(demand.shape[0] == n, "demand", f"has {demand.shape[0]} samples but lengths has {n}")
         require(demand.shape[1] >= 1 and demand.shape[2] >= 1, "demand", f"shape {demand.shape} has no layers or no experts")
@@ -114,7 +180,7 @@ class Window:
                 raise InputError("attn_work", f"sample {neg[0]} has negative work {attn_work[neg[0]]}")
 
         object.__setattr__(self, "lengths", _frozen(lengths))
-        object.__setattr__(self, "demand", _frozen(demand))
+        object.__setattr__(self, "demand", _frozen(demand, given))
         object.__setattr__(self, "attn_work", _frozen(attn_work))
         object.__setattr__(self, "top_k", k)
         self.check_routing()
@@ -161,9 +227,26 @@ class Window:
                                        f"top_k x T = {self.top_k} x {int(self.lengths[i])} = {self.top_k * int(self.lengths[i])}")
 
     def subset(self, samples) -> "Window":
-        """The window restricted to ``samples`` (indices), in that order."""
-        samples = np.asarray(samples, dtype=np.int64)
-        return Window(self.lengths[samples], self.demand[samples], self.top_k, self.attn_work[samples])
+        """The window restricted to ``samples`` (indices in [0, N), repeats allowed), in
+        that order.
+
+        Raises
+        ------
+        InputError
+            On ``samples``: not a 1-D list of integers, or an index outside [0, N) (one
+            line naming the first).
+        """
+        samples = read_array(samples, "samples")
+        require(samples.ndim == 1, "samples", f"must be a 1-D list of sample indices, got shape {samples.shape}")
+        require(samples.dtype.kind in "iu" or samples.size == 0, "samples",
+                f"must hold integer sample indices, got {shown(samples)}")
+        samples = samples.astype(np.int64)
+        outside = np.flatnonzero((samples < 0) | (samples >= self.num_samples))
+        if outside.size:
+            raise InputError("samples", f"index {int(samples[outside[0]])} (position {int(outside[0])}) is not a "
+                                        f"sample of the window, outside [0, {self.num_samples})")
+        # the gathered demand is a fresh copy: frozen as it is, the new window shares it
+        return Window(self.lengths[samples], _frozen(self.demand[samples]), self.top_k, self.attn_work[samples])
 
 
 MAX_CAPACITY = 2**31 - 1  # tokens per cell; the certifier's bounds and the baselines compute in int64
@@ -245,6 +328,23 @@ class Stage:
             object.__setattr__(self, key, number(f"{prefix}.{key}", getattr(self, key), 0))
 
 
+_STAGE_KEYS = ("name", "layers", "alpha", "beta")
+
+
+def _stage(stage, k: int) -> Stage:
+    """Entry ``k`` of :attr:`CostModel.stages`: a :class:`Stage`, or a dict with exactly
+    the keys of one (one line naming an unexpected or missing key otherwise)."""
+    if isinstance(stage, Stage):
+        return stage
+    require(isinstance(stage, dict), f"cost.stages[{k}]", f"must be a Stage or a dict, got {type(stage).__name__}")
+    unknown = [key for key in stage if key not in _STAGE_KEYS]
+    if unknown:
+        raise InputError(f"cost.stages[{k}]", f"has an unexpected key {unknown[0]!r} (a stage has {', '.join(_STAGE_KEYS)})")
+    missing = [key for key in _STAGE_KEYS if key not in stage]
+    require(not missing, f"cost.stages[{k}]", f"misses {missing}")
+    return Stage(**stage)
+
+
 @dataclass(frozen=True)
 class CostModel:
     """Coefficients of the modelled step cost (MODEL.md, "Cost of a layout").
@@ -261,7 +361,9 @@ class CostModel:
     gamma: float
 
     def __post_init__(self):
-        stages = tuple(s if isinstance(s, Stage) else Stage(**s) for s in self.stages)
+        require(isinstance(self.stages, (list, tuple)), "cost.stages",
+                f"must be a list of stages (Stage objects or dicts), got {type(self.stages).__name__}")
+        stages = tuple(_stage(s, k) for k, s in enumerate(self.stages))
         require(len(stages) >= 1, "cost.stages", "needs at least one attention stage")
         names = [s.name for s in stages]
         require(len(set(names)) == len(names), "cost.stages", f"stage names repeat: {names}")
@@ -311,9 +413,15 @@ class CostModel:
         return cost_from_spec(spec)
 
 
-@dataclass(frozen=True)
-class Instance:
-    """A window, the cluster it runs on and the cost model: everything a planner needs."""
+@dataclass(frozen=True, eq=False)
+class Instance(_ArrayFields):
+    """A window, the cluster it runs on and the cost model: everything a planner needs.
+
+    ``window``, ``cluster`` and ``cost`` must be a :class:`Window`, a :class:`Cluster` and
+    a :class:`CostModel` (:class:`~rp_opt.errors.InputError` naming the field and the type
+    received otherwise). ``==`` compares contents (not ``meta``); an instance is not
+    hashable.
+    """
 
     window: Window
     cluster: Cluster
@@ -322,4 +430,7 @@ class Instance:
     meta: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
+        for name, kind in (("window", Window), ("cluster", Cluster), ("cost", CostModel)):
+            value = getattr(self, name)
+            require(isinstance(value, kind), name, f"must be a {kind.__name__}, got {type(value).__name__}")
         self.cluster.validate_window(self.window)

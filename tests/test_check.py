@@ -128,3 +128,50 @@ def test_num_rows_is_checked_by_the_shared_rules(bad):
     assert str(info.value) == f"num_rows: must be an integer >= 1 or None, got {bad!r}"
     assert check_plan(instance, placement, rows, num_rows=float(len(rows))).valid
     assert not check_plan(instance, placement, rows, num_rows=float(len(rows) + 1)).valid
+
+
+def _peak_objective():
+    """An unregistered objective: (max_{r,g} J, sum J)."""
+    from rp_opt.cost import PEAK, TOTAL, Objective
+
+    return Objective("peak", (((1.0, PEAK),), ((1.0, TOTAL),)))
+
+
+def test_check_scores_under_an_unregistered_objective(hand):
+    """Solvers take an Objective object that is not registered; the plan keeps only its
+    name ("peak"), which check then looked up and rejected. Given the object, check scores
+    the plan under it (the solver's score); without it, one line on ``objective`` says to
+    pass it. Hand window, baseline plan: identity placement, one row of cells {0, 1} and
+    {2, 3}: A = 1 * max(4, 4) + 2 * max(10, 8) = 24, X = 0.5 * (5 + 4) = 4.5 (layer 0
+    ranks (5, 3), layer 1 (4, 4)), so J = 28.5 and the score (28.5, 28.5)."""
+    from rp_opt.check import check
+    from rp_opt.solvers import get_solver
+
+    objective = _peak_objective()
+    result = get_solver("baseline")(hand, objective=objective, time_limit=1.0, seed=0, warm_start=None)
+    assert result.plan.objective == "peak" and result.score == (28.5, 28.5)
+    report = check(hand, result.plan, objective)
+    assert report.valid and report.score == result.score
+    assert check_plan(hand, result.plan.placement.to_list(), result.plan.layout.to_rows(), objective).score \
+        == result.score
+    with pytest.raises(InputError, match=r"^objective: the plan was made under objective 'peak', which is not "
+                                         r"registered: pass that Objective itself"):
+        check(hand, result.plan)
+    assert check(hand, result.plan, "sync").valid
+
+
+def test_check_without_a_plan_is_one_line(hand):
+    """check(instance, None), e.g. on the plan of an infeasible result, was an
+    AttributeError; a Result instead of its plan, or any other object, is named too."""
+    from rp_opt.check import check
+    from rp_opt.solvers import get_solver
+
+    with pytest.raises(InputError, match=r"^plan: is None, there is no plan to check"):
+        check(hand, None)
+    result = get_solver("baseline")(hand, objective="sync", time_limit=1.0, seed=0, warm_start=None)
+    with pytest.raises(InputError, match=r"^plan: must be a Plan, got a Result \(status .*\): pass result\.plan$"):
+        check(hand, result)
+    with pytest.raises(InputError, match=r"^plan: must be a Plan, got dict$"):
+        check(hand, {"placement": [], "rows": []})
+    with pytest.raises(InputError, match=r"^instance: must be an Instance, got Window$"):
+        check_plan(hand.window, [[0, 0, 1, 1]] * 2, result.plan.layout.to_rows())

@@ -376,3 +376,33 @@ def _sync_permutations(instance, rows):
 
     n = instance.window.num_samples
     return _sync_optimum(instance, rows, np.array(list(itertools.permutations(range(n)))))
+
+
+def test_score_checks_the_plan_against_the_cluster(hand):
+    """The hand window runs on P = 2 ranks: a placement on P = 1 (4 experts on one rank)
+    was scored as if the cluster had one rank; a placement as nested lists, or rows
+    instead of a Layout, ended in an AttributeError. Each is one line naming the field."""
+    one_rank = Placement(np.zeros((2, 4), dtype=int), 1)
+    with pytest.raises(InputError, match=r"^placement: has P=1 ranks, the cluster has P=2$"):
+        score(hand, one_rank, HAND_LAYOUT, "sync")
+    with pytest.raises(InputError, match=r"^placement: has P=1 ranks, the cluster has P=2$"):
+        cost_bounds(hand, 2, one_rank)
+    with pytest.raises(InputError, match=r"^placement: has \(L, E\) = \(1, 4\), the window has \(2, 4\)$"):
+        score(hand, Placement([[0, 0, 1, 1]], 2), HAND_LAYOUT)
+    with pytest.raises(InputError, match=r"^placement: must be a Placement, got list$"):
+        score(hand, HAND_PLACEMENT.to_list(), HAND_LAYOUT)
+    with pytest.raises(InputError, match=r"^layout: must be a Layout, got list$"):
+        score(hand, HAND_PLACEMENT, HAND_LAYOUT.to_rows())
+    with pytest.raises(InputError, match=r"^instance: must be an Instance, got Window$"):
+        layout_costs(hand.window, HAND_PLACEMENT, HAND_LAYOUT)
+    assert score(hand, HAND_PLACEMENT, HAND_LAYOUT, get_objective("sync")) == (37.0, 37.0, 24.0)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2", None])
+def test_cost_bounds_needs_a_row_count(bad, hand):
+    """Bounds for 0 or 1.5 rows were returned as if they meant something; num_rows follows
+    the shared rule (an integer >= 1; 2.0 counts as 2)."""
+    with pytest.raises(InputError) as info:
+        cost_bounds(hand, bad)
+    assert str(info.value) == f"num_rows: must be an integer >= 1, got {bad!r}"
+    assert cost_bounds(hand, 2.0).objective("sync") == cost_bounds(hand, 2).objective("sync")

@@ -349,5 +349,26 @@ def test_row_count_reason_names_the_counting_argument():
     assert row_count_reason([2, 4, 2, 2, 4], 1, 1, 7) == (
         "R=1 rows hold R*D=1 cells, but the samples need at least 2 cells of C=7 (L2 bound)")
     assert row_count_reason([1] * 8, 1, 2, 10, max_per_cell=3) == (
-        "R=1 rows hold R*D=2 cells, but the samples need at least 3 cells of C=10 (N/m bound)")
+        "R=1 rows hold R*D=2 cells, but with at most m=3 samples per cell the N=8 samples need at least 3 cells "
+        "(N/m bound)")
     assert row_count_reason([2, 4, 2, 2, 4], 2, 1, 7) is None
+
+
+def test_infeasible_reason_names_m_when_the_sample_limit_forces_the_cells():
+    """Lengths [10, 20, 30] fit one cell of C = 100 (sum 60), but with at most m = 1 sample
+    per cell they need 3 cells, so 2 rows of D = 2 = 4 cells for 3 samples: infeasible
+    because of m. The reason names m (certify_bins, with and without the exact stages, and
+    row_count_reason for one row), not the lengths or the capacity."""
+    from rp_opt.rows import row_count_reason
+
+    expected = ("window has 3 samples for at least 4 cells: with at most m=1 samples per cell, 3 samples need "
+                "at least 3 cells, so 2 rows of D=2 slots, and every cell needs a sample")
+    for time_limit in (0, 10):
+        cert = certify_bins([10, 20, 30], 100, 2, max_items=1, time_limit=time_limit)
+        assert cert.status == "infeasible"
+        assert cert.reason == expected
+    assert row_count_reason([10, 20, 30], 1, 2, 100, max_per_cell=1) == (
+        "R=1 rows hold R*D=2 cells, but with at most m=1 samples per cell the N=3 samples need at least 3 cells "
+        "(N/m bound)")
+    # without the limit the same lengths fit: one row of two cells
+    assert certify_bins([10, 20, 30], 100, 2).r_star == 1

@@ -76,3 +76,49 @@ def test_integral_float_shape_counts_are_integers():
         Placement.identity(1, 4.5, 2)
     with pytest.raises(InputError, match="P=3 does not divide E=2"):
         Placement.identity(1, 2, 3)
+
+
+def test_ragged_placement_is_one_line():
+    """Layers of 2 and 1 experts are not an [L, E] array: one line on ``placement``
+    (numpy's "inhomogeneous shape" ValueError before); a ragged layout likewise."""
+    with pytest.raises(InputError, match=r"^placement: cannot be read as an array \(ValueError: "):
+        Placement([[0, 1], [0]], 2)
+    with pytest.raises(InputError, match=r"^layout: cannot be read as an array \(ValueError: "):
+        Layout([[0, 1], [0]], 1, 2)
+
+
+@pytest.mark.parametrize("order, message", [
+    ([1], r"^order: must list the R=2 rows once each, got shape \(1,\)$"),
+    ([0, 1, 0], r"^order: must list the R=2 rows once each, got shape \(3,\)$"),
+    ([0, 0], r"^order: is not a permutation of the rows 0\.\.1, got \[0, 0\]$"),
+    ([1, 2], r"^order: is not a permutation of the rows 0\.\.1, got \[1, 2\]$"),
+    ([0.0, 1.0], r"^order: must hold integer row indices, got array\(\[0\., 1\.\]\)$"),
+], ids=["short", "long", "repeat", "out-of-range", "float"])
+def test_permute_rows_needs_a_permutation(order, message):
+    """Two rows (samples 0 and 1 in row 0, 2 and 3 in row 1): an order of the wrong length
+    was a numpy broadcast error, and [0, 0] gave row 1's samples a row read from
+    uninitialised memory (a garbage cell number); both are one line on ``order`` now."""
+    layout = Layout(np.array([0, 1, 2, 3]), 2, 2)
+    with pytest.raises(InputError, match=message):
+        layout.permute_rows(order)
+    assert layout.permute_rows(np.array([1, 0])).cell_of.tolist() == [2, 3, 0, 1]
+
+
+def test_placement_and_layout_compare_contents_and_are_unhashable():
+    """Equal ranks (an int32 list and an int64 array) make equal placements, another rank
+    map or P does not; layouts likewise by cell_of, R and D (== raised "truth value of an
+    array is ambiguous"). hash raises TypeError naming the class."""
+    placement = Placement([[0, 0, 1, 1]], 2)
+    assert placement == Placement(np.array([[0, 0, 1, 1]], dtype=np.int32), 2)
+    assert placement != Placement([[0, 1, 0, 1]], 2)
+    assert placement != Placement([[0, 0, 0, 0]], 1)
+    assert placement == Placement.identity(1, 4, 2)
+    layout = Layout([0, 1, 2, 3], 2, 2)
+    assert layout == Layout(np.array([0, 1, 2, 3]), 2.0, 2)
+    assert layout != Layout([0, 1, 2, 3], 4, 1)
+    assert layout != Layout([0, 1, 2, 3], 3, 2)
+    assert layout != layout.permute_rows([1, 0])
+    assert layout != placement
+    for thing, name in ((placement, "Placement"), (layout, "Layout")):
+        with pytest.raises(TypeError, match=f"unhashable type: '{name}'"):
+            hash(thing)

@@ -163,7 +163,8 @@ def row_count_reason(lengths, num_rows: int, num_slots: int, capacity: int,
     ``lengths``, as far as counting proves it, or None when counting does not rule it out.
 
     Two reasons, checked in this order: R D > N (every cell needs a sample), and R D below
-    the best bin-packing lower bound of :mod:`.bounds` (L2, N/m). The
+    the best bin-packing lower bound of :mod:`.bounds` (L2 from the lengths, or N/m from
+    the per-cell sample limit m, named as the cause when it needs more cells). The
     one reason the heuristic and the exact planners give for a row count they were told to
     use and cannot fill (the baselines add rows instead, so only R D > N stops them).
     """
@@ -173,10 +174,13 @@ def row_count_reason(lengths, num_rows: int, num_slots: int, capacity: int,
     if empty:
         return empty
     # L2 >= L1 and >= the count of samples above C/2 (its threshold alpha = 0)
-    need, name = max((l2_bound(lengths, capacity), "L2"), (cardinality_bound(lengths.size, max_per_cell), "N/m"))
-    if need > cells:
-        return (f"R={int(num_rows)} rows hold R*D={cells} cells, but the samples need at least {need} cells of "
-                f"C={int(capacity)} ({name} bound)")
+    by_lengths, by_limit = l2_bound(lengths, capacity), cardinality_bound(lengths.size, max_per_cell)
+    held = f"R={int(num_rows)} rows hold R*D={cells} cells"
+    if by_limit > max(by_lengths, cells):
+        return (f"{held}, but with at most m={int(max_per_cell)} samples per cell the N={lengths.size} samples "
+                f"need at least {by_limit} cells (N/m bound)")
+    if by_lengths > cells:
+        return f"{held}, but the samples need at least {by_lengths} cells of C={int(capacity)} (L2 bound)"
     return None
 
 
@@ -440,10 +444,18 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
         best_d = _largest_slots(s, n)
         more = f"add {need - n} sample{'s' if need - n > 1 else ''}"
         fix = f"use at most {best_d} DP slots or {more}" if best_d else more
+        if s.method == "cardinality":
+            # the per-cell limit m, not the lengths, forces the cells (lengths [10, 20, 30],
+            # C = 100, m = 1 fit one cell but need three)
+            cause = f"with at most m={m} samples per cell, {n} samples need at least {s.lower} cells"
+        else:
+            # the arc-flow and exact bounds are for packings with at most m items a bin
+            limit = f" with at most m={m} samples per cell" if m is not None and s.method in (
+                "arc-flow LP", "exact search") else ""
+            cause = f"its lengths need at least {s.lower} cells of capacity C={c}{limit}"
         return done(INFEASIBLE, None, lower_rows, None, s.method, None, s.lower, s.upper,
-                    reason=f"window has {n} samples for at least {need} cells: its lengths need at least "
-                           f"{s.lower} cells of capacity C={c}, so {lower_rows} rows of D={d} slots, and every "
-                           f"cell needs a sample", fix=fix, stats=s.stats)
+                    reason=f"window has {n} samples for at least {need} cells: {cause}, so {lower_rows} rows of "
+                           f"D={d} slots, and every cell needs a sample", fix=fix, stats=s.stats)
     upper_rows = _ceil_div(s.upper, d) if s.upper is not None else None
     witness = None
     if upper_rows is not None and upper_rows * d > n:
