@@ -283,11 +283,14 @@ def predicted_times(instance: Instance, plan: Plan, cost: CostModel) -> np.ndarr
 def save_timings(path: str | os.PathLike, runs: list[tuple[Plan, np.ndarray]] | list[TimingRun],
                  windows: list[str | None] | None = None) -> None:
     """Write measured times in the ``rp-opt-timings/1`` format (a trainer's logging helper)."""
+    from .io import plan_to_dict
+
     out = []
     for k, item in enumerate(runs):
         plan, times = (item.plan, item.times) if isinstance(item, TimingRun) else item
         times = np.asarray(times, dtype=np.float64)
-        entry = {"plan": plan.to_dict(),
+        # stamped with the window's fingerprint when the run knows its window
+        entry = {"plan": plan_to_dict(plan, item.instance if isinstance(item, TimingRun) else None),
                  "times": [[None if np.isnan(t) else float(t) for t in row] for row in times]}
         if windows is not None and windows[k] is not None:
             entry["window"] = windows[k]
@@ -305,13 +308,51 @@ def _finite(t) -> bool:
         return False
 
 
+def _resolve(base: str, name) -> str:
+    """A path named in a timings file: relative ones are relative to the file's directory."""
+    name = str(name)
+    return name if os.path.isabs(name) else os.path.join(base, name)
+
+
+def named_inputs(path: str | os.PathLike) -> dict[str, str]:
+    """The files a timings file names (``runs[k].window``, ``runs[k].plan_file``), resolved
+    as :func:`load_timings` resolves them: ``{"window of timings.runs[0]": PATH, ...}``, for
+    a writer to refuse to overwrite them. A file that cannot be read names none (the loader
+    reports it)."""
+    from .io import read_json
+
+    try:
+        data = read_json(path, "timings")
+    except InputError:
+        return {}
+    runs = data.get("runs") if isinstance(data, dict) else None
+    base = os.path.dirname(os.path.abspath(os.fspath(path)))
+    out = {}
+    for k, entry in enumerate(runs if isinstance(runs, list) else ()):
+        for key, what in (("window", "window"), ("plan_file", "plan file")):
+            if isinstance(entry, dict) and entry.get(key) is not None:
+                out[f"{what} of timings.runs[{k}]"] = _resolve(base, entry[key])
+    return out
+
+
+def _within(field: str, exc: InputError) -> InputError:
+    """``exc`` raised while reading the input ``field`` of a run, named by the run
+    (``timings.runs[0].plan_file: rows: sample 16 is in no cell``); a message about the
+    file itself (field ``file`` or ``plan``) keeps only its message."""
+    return InputError(field, exc.message if exc.field in ("file", "plan", field) else str(exc))
+
+
 def load_timings(path: str | os.PathLike, window: Instance | str | None = None) -> list[TimingRun]:
-    """Read a timings file; ``window`` (instance or ``.npz`` path) is the default window."""
+    """Read a timings file; ``window`` (instance or ``.npz`` path) is the default window.
+
+    A problem inside a run is named by the run and its input
+    (``timings.runs[1].plan_file: rows: sample 16 is in no cell``); a plan stamped with
+    another window's fingerprint is refused."""
     from .check import check
-    from .io import load_instance, plan_from_dict, read_json, read_plan_file
+    from .io import check_fingerprint, load_instance, plan_from_dict, read_json, read_plan_file
 
     path = os.fspath(path)
-    data = read_json(path)
+    data = read_json(path, "timings")
     require(isinstance(data, dict), "timings", "must be a JSON object")
     require(data.get("format") == FORMAT, "timings.format", f"must be {FORMAT!r}, got {data.get('format')!r}")
     runs = data.get("runs")
@@ -319,33 +360,41 @@ def load_timings(path: str | os.PathLike, window: Instance | str | None = None) 
     base = os.path.dirname(os.path.abspath(path))
     cache: dict[str, Instance] = {}
 
-    def resolve(p):
-        return p if os.path.isabs(p) else os.path.join(base, p)
-
     default = load_instance(window) if isinstance(window, (str, os.PathLike)) else window
     out = []
     for k, entry in enumerate(runs):
         field_name = f"timings.runs[{k}]"
         require(isinstance(entry, dict), field_name, "must be an object")
         if "window" in entry:
-            wpath = resolve(str(entry["window"]))
+            wpath = _resolve(base, entry["window"])
             if wpath not in cache:
-                cache[wpath] = load_instance(wpath)
+                try:
+                    cache[wpath] = load_instance(wpath)
+                except InputError as exc:
+                    raise _within(f"{field_name}.window", exc) from None
             instance = cache[wpath]
         else:
             require(default is not None, f"{field_name}.window", "is missing and no --window was given")
             instance = default
+        plan_field = f"{field_name}.plan" if "plan" in entry else f"{field_name}.plan_file"
         if "plan" in entry:
             plan_data = entry["plan"]
             require(isinstance(plan_data, dict) and "placement" in plan_data and "rows" in plan_data,
-                    f"{field_name}.plan", "must be a plan object with placement and rows")
+                    plan_field, "must be a plan object with placement and rows")
         else:
             require("plan_file" in entry, field_name, "needs a plan or a plan_file")
-            plan_data = read_plan_file(resolve(str(entry["plan_file"])))
-        plan = plan_from_dict(instance, plan_data)
+            try:
+                plan_data = read_plan_file(_resolve(base, entry["plan_file"]), plan_field)
+            except InputError as exc:
+                raise _within(plan_field, exc) from None
+        try:
+            check_fingerprint(plan_data, instance.window, plan_field)
+            plan = plan_from_dict(instance, plan_data)
+        except InputError as exc:
+            raise _within(plan_field, exc) from None
         # a plan this window cannot run (capacity, coverage): the timings are of another window
         report = check(instance, plan, objective="sync")
-        require(report.valid, f"{field_name}.plan", "is not a valid plan of its window (another window's timings?): "
+        require(report.valid, plan_field, "is not a valid plan of its window (another window's timings?): "
                 + "; ".join(report.violations[:1]))
         require("times" in entry, f"{field_name}.times", "is missing")
         require(isinstance(entry["times"], list) and all(isinstance(row, list) for row in entry["times"]),

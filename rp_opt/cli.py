@@ -52,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module = importlib.import_module(f"{commands.__name__}.{info.name}")
         module.register(sub)
+    # -v also after the command (rp-opt plan w.npz -v), counted with any before it
+    for command in sub.choices.values():
+        if "-v" not in command._option_string_actions and "--verbose" not in command._option_string_actions:
+            command.add_argument("-v", "--verbose", action="count", default=0, dest="verbose_after",
+                                 help="more log output (-vv for debug); also accepted before the command")
     return parser
 
 
@@ -82,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     except _ArgumentParserExit as exc:
         # argparse takes any unambiguous prefix of --json (--js) as --json
         return _report(_argument_error(exc), any(len(a) >= 3 and "--json".startswith(a) for a in argv))
+    args.verbose += getattr(args, "verbose_after", 0)
     level = logging.WARNING - 10 * min(args.verbose, 2) if args.verbose else logging.INFO
     # other libraries' INFO (Pyomo relays HiGHS's whole MIP log there) only with -v
     logging.basicConfig(level=level if args.verbose else logging.WARNING, format="%(message)s", stream=sys.stderr)

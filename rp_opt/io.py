@@ -9,13 +9,16 @@ Instance file: arrays ``lengths`` [N] int, ``demand`` [N, L, E] int, optional
               "gamma": ...}}
 
 Plan file: ``{"placement": [[rank per expert] per layer], "rows": [[[samples] per slot] per
-row], "objective": "sync", "score": [...], "stats": {...}}``.
+row], "objective": "sync", "score": [...], "stats": {...}, "window_fingerprint": "..."}``.
+``window_fingerprint`` (:func:`window_fingerprint`, optional: older files have none) names
+the window the plan was made for; a plan read against another window is refused.
 
 Every problem is reported as :class:`~rp_opt.errors.InputError` naming the field.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import zipfile
@@ -148,10 +151,49 @@ def load_instance(path: str | os.PathLike) -> Instance:
     return Instance(window, cluster, cost, str(meta.get("model", "custom")), extra)
 
 
-def save_plan(path: str | os.PathLike, plan: Plan) -> None:
-    """Write the plan file (JSON)."""
+FINGERPRINT_KEY = "window_fingerprint"
+
+
+def window_fingerprint(window: Window) -> str:
+    """A short identity of ``window``: the first 16 hex digits of the SHA-256 of its shape,
+    top_k, lengths and demand (the bytes of the arrays as they are, hashed at once).
+
+    The demand is kept in the smallest unsigned type that holds it (a function of its
+    values), so equal windows give equal fingerprints however they were made or read.
+    """
+    digest = hashlib.sha256()
+    digest.update(np.array([*window.demand.shape, window.top_k], dtype="<i8").tobytes())
+    digest.update(np.ascontiguousarray(window.lengths, dtype="<i8"))
+    demand = window.demand
+    digest.update(np.ascontiguousarray(demand, dtype=demand.dtype.newbyteorder("<")))
+    return digest.hexdigest()[:16]
+
+
+def check_fingerprint(data: dict, window: Window, field: str = "plan") -> None:
+    """:class:`InputError` on ``field`` when the raw plan ``data`` carries a
+    ``window_fingerprint`` other than ``window``'s (a plan made for another window); a plan
+    without one (an older file) passes."""
+    claimed = data.get(FINGERPRINT_KEY) if isinstance(data, dict) else None
+    if claimed is None:
+        return
+    require(isinstance(claimed, str), field, f"{FINGERPRINT_KEY} must be a string, got {claimed!r}")
+    ours = window_fingerprint(window)
+    require(claimed == ours, field, f"plan was made for another window (fingerprint {claimed}, this window {ours})")
+
+
+def plan_to_dict(plan: Plan, instance: Instance | None = None) -> dict:
+    """The plan-file form of ``plan``, with the fingerprint of ``instance``'s window when given."""
+    data = plan.to_dict()
+    if instance is not None:
+        data[FINGERPRINT_KEY] = window_fingerprint(instance.window)
+    return data
+
+
+def save_plan(path: str | os.PathLike, plan: Plan, instance: Instance | None = None) -> None:
+    """Write the plan file (JSON); with ``instance``, stamped with its window's fingerprint
+    (every command writes it so; readers refuse the plan for another window)."""
     with open(path, "w") as handle:
-        json.dump(plan.to_dict(), handle)
+        json.dump(plan_to_dict(plan, instance), handle)
         handle.write("\n")
 
 
@@ -168,10 +210,11 @@ def read_json(path: str | os.PathLike, field: str = "file") -> object:
         raise InputError(field, f"{path} cannot be read ({exc.strerror or type(exc).__name__})") from None
 
 
-def read_plan_file(path: str | os.PathLike, field: str = "file") -> dict:
-    """The raw plan dictionary of a plan file (for the checker, which wants it unvalidated)."""
+def read_plan_file(path: str | os.PathLike, field: str = "plan") -> dict:
+    """The raw plan dictionary of a plan file (for the checker, which wants it unvalidated);
+    a file that is missing, not JSON or not an object is an :class:`InputError` on ``field``."""
     data = read_json(path, field)
-    require(isinstance(data, dict), "plan", "must be a JSON object")
+    require(isinstance(data, dict), field, f"{os.fspath(path)} must hold a JSON object")
     for key in ("placement", "rows"):
         require(key in data, key, f"is missing from {os.fspath(path)}")
     return data
@@ -211,5 +254,8 @@ def plan_from_dict(instance: Instance, data: dict) -> Plan:
 
 
 def load_plan(path: str | os.PathLike, instance: Instance) -> Plan:
-    """Read a plan file into a validated :class:`Plan` for ``instance``."""
-    return plan_from_dict(instance, read_plan_file(path))
+    """Read a plan file into a validated :class:`Plan` for ``instance`` (refused when it
+    carries the fingerprint of another window)."""
+    data = read_plan_file(path)
+    check_fingerprint(data, instance.window)
+    return plan_from_dict(instance, data)

@@ -156,7 +156,7 @@ def test_export_write_failure_is_one_line(files, capsys, monkeypatch, tmp_path):
 def test_write_failure_after_solving_still_prints_the_result(files, capsys, monkeypatch, tmp_path):
     import rp_opt.commands.plan as plan_command
 
-    def broken(path, plan):
+    def broken(path, plan, *rest):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(plan_command, "save_plan", broken)
@@ -336,12 +336,16 @@ def test_eval_out_of_range_sample_is_a_violation(files, capsys):
 
 def test_eval_and_export_sample_index_beyond_64_bits(files, capsys, tmp_path):
     """The checker's int64 arrays overflowed on 2**70 (an OverflowError traceback); the
-    cell is named in one line instead (exit 2; a merely out-of-range index stays a violation)."""
+    cell is named instead, as a violation like any other out-of-range index (exit 1, as
+    for -1), and nothing is exported."""
     data = _plan_data(files)
     data["rows"][0][0][0] = 2**70
     path = _write(files, "huge_index.json", data)
-    for argv in (["eval", files["w16"], path, "--json"], ["export", files["w16"], path, "-o", str(tmp_path / "ex")]):
-        _bad(capsys, argv, "rows[0][0]", str(2**70), "is not in [0, 16)")
+    for argv in (["eval", files["w16"], path, "--json"], ["export", files["w16"], path, "-o", str(tmp_path / "ex"),
+                                                          "--json"]):
+        assert main(argv) == 1
+        out = json.loads(capsys.readouterr().out)
+        assert out["valid"] is False and f"rows[0][0]: sample {2**70} is not in [0, 16)" in out["violations"]
     assert not (tmp_path / "ex.json").exists()
 
 
@@ -414,8 +418,8 @@ def test_certify_bpp_item_larger_than_capacity(capsys, tmp_path):
 def test_certify_bpp_numbers_beyond_64_bits(capsys, tmp_path, text, needles):
     path = tmp_path / "huge.txt"
     path.write_text(text)
-    captured = _bad(capsys, ["certify", "--bpp", str(path), "--json"], "file:", *needles)
-    assert json.loads(captured.out)["error"]["field"] == "file"
+    captured = _bad(capsys, ["certify", "--bpp", str(path), "--json"], "--bpp:", *needles)
+    assert json.loads(captured.out)["error"]["field"] == "--bpp"
     path.write_text("3\n2147483647\n4\n5\n6\n")
     assert main(["certify", "--bpp", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["bins"] == 1

@@ -142,9 +142,9 @@ def test_check_writable_leaves_no_file(tmp_path):
 
 
 @pytest.mark.parametrize("argv, field", [
-    (["eval", "{w}", "{d}"], "file"), (["show", "{w}", "--plan", "{d}"], "--plan"),
+    (["eval", "{w}", "{d}"], "plan"), (["show", "{w}", "--plan", "{d}"], "--plan"),
     (["plan", "{w}", "--warm-start", "{d}"], "--warm-start"), (["place", "{w}", "--current", "{d}"], "--current"),
-    (["calibrate", "{d}"], "file"), (["export", "{w}", "{d}", "-o", "{t}/ex"], "file")])
+    (["calibrate", "{d}"], "timings"), (["export", "{w}", "{d}", "-o", "{t}/ex"], "plan")])
 def test_directory_given_as_json_file_one_line(tmp_path, capsys, argv, field):
     instance = generate("ling-tiny-like", samples=8, dp=2, ep=2, capacity=512, layers=2, experts=4, top_k=2, seed=1)
     save_instance(tmp_path / "w.npz", instance)

@@ -15,7 +15,7 @@ from importlib import resources
 import numpy as np
 
 from ..errors import MAX_SEED, InputError, integer, number, require
-from ..io import check_writable, load_instance, plan_from_dict, read_plan_file
+from ..io import check_fingerprint, check_writable, load_instance, plan_from_dict, read_plan_file
 from ..result import strict_json
 from ..solution import cell_samples
 from ..window import Instance
@@ -103,11 +103,11 @@ def add_cost(parser) -> None:
                              "(or a model spec name)")
 
 
-def load_plan_for(path: str, instance: Instance, field: str = "file"):
+def load_plan_for(path: str, instance: Instance, field: str = "plan"):
     """Read the plan file ``path`` for ``instance`` into a validated :class:`~rp_opt.result.Plan`.
 
-    A plan written for another window (other sample count, slot count or placement shape)
-    is reported as such, naming ``field``, before the cell-by-cell checks.
+    A plan written for another window (its fingerprint, or another sample count, slot count
+    or placement shape) is reported as such, naming ``field``, before the cell-by-cell checks.
     """
     data = read_plan_file(path, field)
     require_same_window(data, instance, field, path)
@@ -118,17 +118,62 @@ def load_plan_for(path: str, instance: Instance, field: str = "file"):
 def check_plan_data(instance: Instance, data: dict, objective, rows: int | None = None):
     """:func:`rp_opt.check.check_plan` of a raw plan file's placement and rows.
 
-    A sample index beyond 64-bit integers overflows the checker's arrays; it is named
-    instead (``rows[r][d]: sample ... is not in [0, N)``, one line) by the layout parser.
+    Violations, as the checker reports them, also for what the checker cannot take in: a
+    sample index beyond 64-bit integers (``rows[r][d]: sample ... is not in [0, N)``, as
+    for a negative index) and a boolean rank (``placement[l][e]: must be an integer rank,
+    got True``; JSON ``true`` is not the rank 1). The plan is then invalid and unscored.
     """
     from ..check import check_plan
-    from ..solution import Layout
 
+    num_samples = instance.window.num_samples
+    rows_in, placement_in = data["rows"], data["placement"]
+    extra: list[str] = []
+    # samples beyond int64: dropped from a copy of their cell, their cell's range line rewritten
+    huge_cells: dict[tuple[int, int], object] = {}
+    if isinstance(rows_in, list):
+        rows_in = [list(row) if isinstance(row, list) else row for row in rows_in]
+        for r, row in enumerate(rows_in):
+            for d, cell in enumerate(row if isinstance(row, list) else ()):
+                if isinstance(cell, list) and any(_beyond_int64(i) for i in cell):
+                    first = next(i for i in cell if isinstance(i, int) and not isinstance(i, bool)
+                                 and not 0 <= i < num_samples)
+                    huge_cells[r, d] = first
+                    row[d] = [i for i in cell if not _beyond_int64(i)]
+    bool_ranks = []
+    if isinstance(placement_in, list):
+        bool_ranks = [(l, e, rank) for l, layer in enumerate(placement_in) if isinstance(layer, list)
+                      for e, rank in enumerate(layer) if isinstance(rank, (bool, np.bool_))]
+        if bool_ranks:
+            l, e, rank = bool_ranks[0]
+            extra.append(f"placement[{l}][{e}]: must be an integer rank, got {rank!r}")
+            placement_in = [[int(x) if isinstance(x, (bool, np.bool_)) else x for x in layer]
+                            if isinstance(layer, list) else layer for layer in placement_in]
     try:
-        return check_plan(instance, data["placement"], data["rows"], objective, rows)
-    except OverflowError:
-        Layout.from_rows(data["rows"], instance.window.num_samples)  # raises InputError naming the cell
-        raise InputError("rows", "hold a sample index beyond 64-bit integers") from None
+        report = check_plan(instance, placement_in, rows_in, objective, rows)
+    except OverflowError:  # a placement or a cell the checker's arrays cannot hold: one line all the same
+        raise InputError("plan", "holds a number beyond 64-bit integers") from None
+    if not huge_cells and not extra:
+        return report
+    violations = []
+    for line in report.violations:
+        if bool_ranks and line.startswith("placement:"):
+            continue  # of the placement as read with true as 1: the boolean rank is what is wrong
+        cell = line.split(":", 1)[0]
+        for (r, d), value in huge_cells.items():
+            if cell == f"rows[{r}][{d}]" and line.endswith(f"is not in [0, {num_samples})"):
+                line = f"rows[{r}][{d}]: sample {value} is not in [0, {num_samples})"
+        violations.append(line)
+    # a cell that held no other out-of-range sample: its line among the cells' lines, before
+    # the lines of the whole layout (rows: sample 3 is in no cell)
+    at = next((k for k, line in enumerate(violations) if line.startswith("rows:")), len(violations))
+    missing = [f"rows[{r}][{d}]: sample {value} is not in [0, {num_samples})" for (r, d), value in huge_cells.items()]
+    violations[at:at] = [line for line in missing if line not in violations]
+    return dataclasses.replace(report, valid=False, violations=extra + violations, score=None, costs=None)
+
+
+def _beyond_int64(value) -> bool:
+    """Whether ``value`` is a (non-boolean) integer outside the 64-bit range."""
+    return isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**63
 
 
 def require_score(data: dict) -> None:
@@ -142,8 +187,14 @@ def require_score(data: dict) -> None:
 
 def require_same_window(data: dict, instance: Instance, field: str, path: str) -> None:
     """:class:`InputError` on ``field`` when the raw plan ``data`` is plainly for another
-    window: another N (entries in its cells), D (slots per row) or (L, E) placement shape.
-    Malformed files pass through (the full parsers name their problem)."""
+    window: another N, D (slots per row) or (L, E) placement shape, or another window's
+    fingerprint (:func:`rp_opt.io.check_fingerprint`). Malformed files pass through (the
+    full parsers name their problem).
+
+    The plan is said to be for N' samples only when its cells hold exactly the samples
+    0..N'-1, each once; a sample repeated or missing is left to the layout parser, which
+    names it (``rows[0][1]: sample 1 appears twice``, ``rows: sample 5 is in no cell``).
+    """
     window, cluster = instance.window, instance.cluster
     rows, placement = data.get("rows"), data.get("placement")
     if isinstance(rows, list) and rows and all(isinstance(row, list) for row in rows):
@@ -152,15 +203,17 @@ def require_same_window(data: dict, instance: Instance, field: str, path: str) -
                 f"{path}: plan has {len(rows[0])} slots per row, the window's cluster has D={cluster.dp}")
         if len(slots) == 1:
             # malformed cells are named by the cell parser, before the count can mislead
-            count = sum(len(cell_samples(cell, f"rows[{r}][{d}]")) for r, row in enumerate(rows)
-                        for d, cell in enumerate(row))
-            require(count == window.num_samples, field,
+            samples = [i for r, row in enumerate(rows) for d, cell in enumerate(row)
+                       for i in cell_samples(cell, f"rows[{r}][{d}]")]
+            count = len(samples)
+            require(count == window.num_samples or sorted(samples) != list(range(count)), field,
                     f"{path}: plan is for N={count} samples, the window has {window.num_samples}")
     if isinstance(placement, list) and placement and all(isinstance(layer, list) for layer in placement):
         shape = (len(placement), len(placement[0]))
         require(shape == (window.num_layers, window.num_experts), field,
                 f"{path}: plan is for L={shape[0]} layers x E={shape[1]} experts, the window has "
                 f"L={window.num_layers} x E={window.num_experts}")
+    check_fingerprint(data, window, field)
 
 
 # ------------------------------------------------------------------ argument types

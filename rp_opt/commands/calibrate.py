@@ -19,10 +19,16 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..calibrate import fit_cost, load_timings, save_cost
+    from ..calibrate import fit_cost, load_timings, named_inputs, save_cost
+    from ..errors import InputError
 
     check_output(args.output, inputs={"timings file": args.timings, "window": args.window})
-    window = open_instance(args.window)[0] if args.window else None
+    # nor any file the timings file names (a run's window or plan file), resolved as the loader does
+    check_output(args.output, inputs=named_inputs(args.timings))
+    try:
+        window = open_instance(args.window)[0] if args.window else None
+    except InputError as exc:  # the file itself (missing, not an archive) is --window's
+        raise InputError("--window", exc.message) if exc.field == "file" else exc from None
     runs = load_timings(args.timings, window)
     fit = fit_cost(runs, window.cost if window is not None else None)
     out = fit.to_dict()

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
 from ..errors import InputError, require
 from ..result import INFEASIBLE, OPTIMAL
-from ._common import add_json, emit_json, number_arg, table
+from ._common import add_json, emit_json, number_arg, open_instance, table
 
 MAX_BPP_CAPACITY = 2**31 - 1
 
@@ -31,20 +29,6 @@ def register(subparsers) -> None:
     parser.set_defaults(run=run)
 
 
-def _window_arrays(path: str):
-    """Lengths and cluster of an instance file, without :class:`Instance`'s T_i <= C check
-    (an over-long sample is a finding of the certifier, not bad input)."""
-    from ..io import cluster_from_meta, read_instance_arrays
-    from ..window import checked_lengths
-
-    meta, arrays = read_instance_arrays(path, ("lengths",))
-    lengths = np.asarray(arrays["lengths"])
-    require(lengths.ndim == 1 and lengths.size >= 1, "lengths", f"must be a non-empty 1-D array, got shape {lengths.shape}")
-    require(lengths.dtype.kind in "iu", "lengths", f"must be integers, got dtype {lengths.dtype}")
-    # >= 1 each, and no uint64 beyond int64 (it would wrap to a negative length)
-    return checked_lengths(lengths), cluster_from_meta(meta.get("cluster"))
-
-
 def _read_bpp(path: str):
     """``read_bpplib``, with numbers beyond the certifier's 64-bit arithmetic reported in
     one line (they overflowed: a huge weight when read, a huge capacity in the bounds).
@@ -54,8 +38,10 @@ def _read_bpp(path: str):
     try:
         weights, capacity = read_bpplib(path)
     except OverflowError:
-        raise InputError("file", f"{path}: a weight does not fit in 64 bits") from None
-    require(capacity <= MAX_BPP_CAPACITY, "file", f"{path}: capacity {capacity} must be <= {MAX_BPP_CAPACITY}")
+        raise InputError("--bpp", f"{path}: a weight does not fit in 64 bits") from None
+    except InputError as exc:  # the reader names its input "file": here that is --bpp
+        raise InputError("--bpp" if exc.field == "file" else exc.field, exc.message) from None
+    require(capacity <= MAX_BPP_CAPACITY, "--bpp", f"{path}: capacity {capacity} must be <= {MAX_BPP_CAPACITY}")
     return weights, capacity
 
 
@@ -83,7 +69,10 @@ def run(args) -> int:
         from ._common import default_instance_path
 
         args.file = default_instance_path()
-    lengths, cluster = _window_arrays(args.file)
+    # the same validated loader as every other command (shapes, counts, attn_work, the cost
+    # model, T_i <= C): certify answers for windows the planners accept, never for broken ones
+    instance, _ = open_instance(args.file)
+    lengths, cluster = instance.window.lengths, instance.cluster
     cert = certify_bins(lengths, cluster.capacity, cluster.dp, cluster.max_samples_per_cell, args.time_limit, args.exact)
     if args.json:
         data = cert.to_dict()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..cost import get_objective
-from ..io import read_plan_file
+from ..io import check_fingerprint, read_plan_file
 from ._common import add_cost, add_json, check_plan_data, emit_json, int_arg, open_instance, require_score
 
 
@@ -20,7 +20,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     instance, _ = open_instance(args.file, args.cost)
-    data = read_plan_file(args.plan)
+    data = read_plan_file(args.plan, "plan")
+    check_fingerprint(data, instance.window, "plan")  # a plan for another window: bad input, not a violation
     objective = get_objective(args.objective or data.get("objective", "sync"))
     require_score(data)
     claimed = data.get("score")

@@ -59,7 +59,7 @@ def run(args) -> int:
     for suffix in (".json", ".npz"):
         check_output(args.output + suffix, inputs={"window": args.file, "plan": args.plan})
     instance, path = open_instance(args.file)
-    data = read_plan_file(args.plan)
+    data = read_plan_file(args.plan, "plan")
     require_same_window(data, instance, "plan", args.plan)
     report = check_plan_data(instance, data, data.get("objective", "sync"))
     if not report.valid:

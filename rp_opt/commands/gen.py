@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from ..errors import require
@@ -79,6 +80,11 @@ def run(args) -> int:
     info.update(model=instance.model, samples=w.num_samples, layers=w.num_layers, experts=w.num_experts,
                 top_k=w.top_k, tokens=int(w.lengths.sum()), max_length=int(w.lengths.max()),
                 seconds=time.perf_counter() - start)
+    if w.num_samples < instance.cluster.dp:
+        # still written (a window to test infeasibility with), but not silently
+        info["warning"] = (f"the window has N={w.num_samples} samples, fewer than the D={instance.cluster.dp} slots "
+                           "of one row: no layout fills every cell, every solver will call it infeasible")
+        print(f"warning: {info['warning']}", file=sys.stderr)
     if args.json:
         emit_json(info)
     else:

@@ -175,7 +175,7 @@ def run(args) -> int:
 
         plan = Plan(placement, layout, "sync", score(instance, placement, layout, "sync"),
                     {"placement_method": args.method, "placement_objective": objective.name})
-        write_reported(out, save_plan, args.output, plan)
+        write_reported(out, save_plan, args.output, plan, instance)
     else:
         out["output"] = None
 

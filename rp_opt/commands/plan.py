@@ -93,7 +93,8 @@ def run(args) -> int:
         if not report.valid:
             out["violations"] = report.violations
     # the plan file, when asked for and there is a plan (out["output"], out["write_error"])
-    write_reported(out, save_plan, args.output if result.plan is not None else None, result.plan)
+    # (stamped with the window's fingerprint: readers refuse it for another window)
+    write_reported(out, save_plan, args.output if result.plan is not None else None, result.plan, instance)
     if args.json:
         emit_json(out)
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..check import check
 from ..cost import cost_bounds, get_objective, layout_costs, rank_load
 from ..result import relative_gap
 from ..solution import Placement
@@ -38,8 +39,12 @@ def run(args) -> int:
                                    "max": float(imbalance.max())},
     }
     rows = None
+    report = None
     if args.plan:
         plan = load_plan_for(args.plan, instance, "--plan")
+        # the independent checker: a plan that breaks a constraint (capacity, an empty cell,
+        # more than m samples) is shown as invalid, with exit code 1 as from eval
+        report = check(instance, plan)
         costs = layout_costs(instance, plan.placement, plan.layout)
         rows = [[r, *(f"{x:.4g}" for x in costs.joint[r])] for r in range(plan.num_rows)]
         bounds = cost_bounds(instance, plan.num_rows, plan.placement)   # for the plan's placement
@@ -48,10 +53,12 @@ def run(args) -> int:
         info["plan"] = {"rows": plan.num_rows, "J": costs.joint.tolist(), "score": list(score), "bound": bound,
                         "gap": relative_gap(score[0], bound[0]),
                         # where the primary sits above the bound, in the gap's units
-                        "gap_split": bounds.gap_split(costs, plan.objective, relative=True)}
+                        "gap_split": bounds.gap_split(costs, plan.objective, relative=True),
+                        "valid": report.valid, "violations": list(report.violations)}
+    code = 0 if report is None or report.valid else 1
     if args.json:
         emit_json(info)
-        return 0
+        return code
     print(f"{path}: {instance.model}, N={w.num_samples}, L={w.num_layers}, E={w.num_experts}, top-{w.top_k}")
     print(f"cluster: D={c.dp} G={c.edp} P={c.ep} C={c.capacity} m={c.max_samples_per_cell}")
     print("lengths: " + ", ".join(f"{k} {v:.0f}" for k, v in info["lengths"].items()) + f"; {info['tokens']} tokens")
@@ -60,6 +67,11 @@ def run(args) -> int:
     print(table(["stage", "layers", "alpha", "beta"], [[s.name, s.layers, s.alpha, s.beta] for s in instance.cost.stages]))
     print(f"gamma {instance.cost.gamma:.6g}")
     if rows is not None:
+        if not report.valid:  # first, where it cannot be missed (eval prints the same lines)
+            count = len(report.violations)
+            print(f"INVALID plan: {count} violation{'s' if count != 1 else ''}")
+            for v in report.violations:
+                print(f"  violation: {v}")
         print(table(["row"] + [f"J[g={g}]" for g in range(c.edp)], rows))
         pl = info["plan"]
         line = f"{plan.objective} primary {pl['score'][0]:.6g}, bound for this placement {pl['bound'][0]:.6g}"
@@ -67,4 +79,4 @@ def run(args) -> int:
             line += f", gap {100 * pl['gap']:.3f} %: " + ", ".join(f"{k} {100 * v:.3f} %"
                                                                 for k, v in pl["gap_split"].items())
         print(line)
-    return 0
+    return code
