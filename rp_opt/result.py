@@ -14,6 +14,9 @@ FEASIBLE = "feasible"        # a valid plan, not proven optimal (time limit or h
 INFEASIBLE = "infeasible"    # proven: no plan exists
 NO_SOLUTION = "no_solution"  # stopped before any plan was found, nothing proven
 STATUSES = (OPTIMAL, FEASIBLE, INFEASIBLE, NO_SOLUTION)
+# what a Result's bound ranges over (stats["bound_scope"])
+EVERY_PLACEMENT = "every placement"        # any placement and layout of the rows
+GIVEN_PLACEMENT = "the given placement"    # layouts for the plan's own placement only
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,12 @@ class Result:
     score
         Lexicographic score of ``plan`` (empty when no plan).
     bound
-        Proven lower bound on the primary level, or None.
+        Proven lower bound on the primary level, or None, over the plans the solver
+        chooses among: ``stats["bound_scope"]`` says which, :data:`EVERY_PLACEMENT`
+        (``heuristic``, ``joint``: any placement and layout) or :data:`GIVEN_PLACEMENT`
+        (``exact``, and ``auto`` when it ran the exact model: layouts for the plan's own
+        placement, so a plan with another placement may score below it). ``summary()``
+        says so.
     gap
         Relative gap of the primary level to ``bound``.
     seconds
@@ -105,8 +113,11 @@ class Result:
             lines.append(f"  objective {self.plan.objective}")
             lines.append("  score     (" + ", ".join(f"{x:.6g}" for x in self.score) + ")")
         if self.bound is not None:
-            source = self.stats.get("bound_from") if isinstance(self.stats, dict) else None
-            lines.append(f"  bound     {self.bound:.6g}" + (f" (from: {source})" if source else ""))
+            stats = self.stats if isinstance(self.stats, dict) else {}
+            notes = [f"from: {stats['bound_from']}"] if stats.get("bound_from") else []
+            if stats.get("bound_scope") == GIVEN_PLACEMENT:
+                notes.append("for this placement only")
+            lines.append(f"  bound     {self.bound:.6g}" + (f" ({'; '.join(notes)})" if notes else ""))
         if self.gap is not None:
             lines.append(f"  gap       {100 * self.gap:.4f} %")
         return "\n".join(lines)
@@ -118,6 +129,7 @@ class Result:
             "objective": self.plan.objective if self.plan else None,
             "score": [float(x) for x in self.score],
             "bound": self.bound,
+            "bound_scope": self.stats.get("bound_scope") if isinstance(self.stats, dict) else None,
             "gap": self.gap,
             "num_rows": self.plan.num_rows if self.plan else None,
             "seconds": self.seconds,

@@ -120,3 +120,15 @@ def test_rows_not_proven_in_time_use_the_witness(solver, monkeypatch):
     result = get_solver(solver)(inst, objective="sync")
     assert result.plan.num_rows == 3
     assert check(inst, result.plan).valid
+
+
+def test_baseline_says_it_ignores_a_warm_start():
+    """A baseline builds its plan by fixed rules: a warm start changes nothing, and the
+    result says it was ignored rather than dropping it silently."""
+    inst = random_instance(2, n=16)
+    start = get_solver("heuristic")(inst, objective="sync", time_limit=0.5, seed=0).plan
+    plain = get_solver("baseline")(inst, objective="sync")
+    warm = get_solver("baseline")(inst, objective="sync", warm_start=start)
+    assert check(inst, warm.plan).valid
+    assert warm.score == plain.score and "warm_start" not in plain.stats
+    assert warm.stats["warm_start"].startswith("ignored")

@@ -318,9 +318,9 @@ def test_gap_tables_from_hand_records():
     ]
     summary = add_gaps(recs)
     assert summary["a"]["bound"] == 95.0 and summary["a"]["best"] == 95.0 and summary["a"]["optimal"]
-    assert recs[0]["gap_bound"] == pytest.approx(100 * 5 / 95)
-    assert recs[1]["gap_bound"] == 0.0
-    assert summary["b"]["best"] is None and recs[2]["gap_bound"] is None  # invalid plans do not count
+    assert recs[0]["gap_bound_pct"] == pytest.approx(100 * 5 / 95)
+    assert recs[1]["gap_bound_pct"] == 0.0
+    assert summary["b"]["best"] is None and recs[2]["gap_bound_pct"] is None  # invalid plans do not count
     headers, rows = per_solver_rows(recs)
     x = rows[[r[0] for r in rows].index("x")]
     assert x[1:3] == [2, 1]  # runs, valid
@@ -352,13 +352,13 @@ def test_a_fixed_placement_bound_is_no_bound_for_other_placements():
     assert info["bound"] == 95.0 and info["best"] == 100.0 and info["best_solver"] == "joint"
     assert not info["optimal"] and info["proven_by"] is None and info["proven_for"] == ["identity"]
     assert info["placement_bounds"] == {"identity": 120.0}
-    assert recs[1]["gap_bound"] == pytest.approx(100 * 5 / 95)
-    assert recs[2]["gap_bound"] == pytest.approx(100 * 5 / 120) and recs[0]["gap_bound"] == 0.0
-    assert all(r["gap_bound"] >= 0 for r in recs)
+    assert recs[1]["gap_bound_pct"] == pytest.approx(100 * 5 / 95)
+    assert recs[2]["gap_bound_pct"] == pytest.approx(100 * 5 / 120) and recs[0]["gap_bound_pct"] == 0.0
+    assert all(r["gap_bound_pct"] >= 0 for r in recs)
     # a bound for a placement the solver chose itself ("own") holds for that run alone
     own = [_rec("b", "auto", 110.0, 110.0, bound_placement="own"), _rec("b", "kk", 100.0, 80.0)]
     info = add_gaps(own)["b"]
-    assert info["bound"] == 80.0 and own[0]["gap_bound"] == 0.0 and own[1]["gap_bound"] == pytest.approx(25.0)
+    assert info["bound"] == 80.0 and own[0]["gap_bound_pct"] == 0.0 and own[1]["gap_bound_pct"] == pytest.approx(25.0)
 
 
 def test_a_bound_for_r_rows_is_no_bound_for_more_rows():
@@ -370,8 +370,8 @@ def test_a_bound_for_r_rows_is_no_bound_for_more_rows():
     recs = [_rec("a", "exact", 101.0, 100.0, rows=2), _rec("a", "baseline", 99.0, 90.0, rows=3)]
     info = add_gaps(recs)["a"]
     assert info["rows"] == 2 and info["bound"] == 100.0 and info["best"] == 101.0 and not info["optimal"]
-    assert recs[0]["gap_bound"] == pytest.approx(1.0) and recs[1]["gap_bound"] == pytest.approx(100 * 9 / 90)
-    assert recs[1]["gap_best"] == pytest.approx(100 * -2 / 101)
+    assert recs[0]["gap_bound_pct"] == pytest.approx(1.0) and recs[1]["gap_bound_pct"] == pytest.approx(100 * 9 / 90)
+    assert recs[1]["gap_best_pct"] == pytest.approx(100 * -2 / 101)
 
 
 def test_best_solver_breaks_primary_ties_lexicographically():
@@ -405,7 +405,7 @@ def test_plots_skip_without_matplotlib(monkeypatch, tmp_path):
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert plots.pyplot() is None
-    recs = [{"solver": "x", "valid": True, "gap_bound": 1.0}]
+    recs = [{"solver": "x", "valid": True, "gap_bound_pct": 1.0}]
     assert plots.gap_distribution(recs, str(tmp_path / "g.png")) is None
     assert not (tmp_path / "g.png").exists()
 
@@ -688,3 +688,21 @@ def test_strict_json_reads_numpy_values_inside_object_arrays():
     assert json.loads(json.dumps(out, allow_nan=False)) == out
     assert out == {"k": [5, None, [1.5, None], "x", [1, 2]], "a": [2**62, 2**100, -0.0, [[2**64 - 1]]]}
     assert type(out["k"][0]) is int and math.copysign(1.0, out["a"][2]) == -1.0
+
+
+def test_unreachable_ray_address_fails_fast():
+    """An address where nothing listens is a one-line InputError on --ray within seconds
+    (ray.init would retry for about a minute)."""
+    import socket
+    import time
+
+    from rp_opt.bench.runner import probe_ray_address
+
+    with socket.socket() as sock:          # a port that was free a moment ago
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    t0 = time.perf_counter()
+    with pytest.raises(InputError) as err:
+        probe_ray_address(f"127.0.0.1:{port}", seconds=2.0)
+    assert err.value.field == "--ray" and time.perf_counter() - t0 < 3.0
+    probe_ray_address("local")  # nothing to reach

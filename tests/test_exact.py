@@ -14,6 +14,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from rp_opt.check import check
+from rp_opt.errors import InputError
+from rp_opt.result import EVERY_PLACEMENT, GIVEN_PLACEMENT
 from rp_opt.cost import get_objective, rank_load, score
 from rp_opt.packing.exact import solve_packing
 from rp_opt.packing.exact.common import (canonical_layout, packing_data, satisfies_chains, symmetry_chains,
@@ -293,6 +295,44 @@ def test_warm_start_and_infeasible():
     assert np.array_equal(again.plan.placement.ranks, first.plan.placement.ranks)
     res = solve_packing(inst, first.plan.placement, 5, time_limit=5)
     assert res.status == "infeasible" and res.plan is None
+
+
+def test_warm_start_of_another_window_is_an_error():
+    """A warm start whose layout does not fit the window (here: a plan of 3 rows for a
+    2-row solve, and one whose cell overflows C after the lengths changed) is a one-line
+    InputError on warm_start, not a plan with its placement reported as optimal."""
+    inst = make_window(8, D=2, G=2, seed=3)
+    first = get_solver("exact")(inst, objective="shard", time_limit=10, num_rows=2)
+    wide = get_solver("exact")(inst, objective="shard", time_limit=10, num_rows=3)
+    with pytest.raises(InputError) as err:
+        get_solver("exact")(inst, objective="shard", time_limit=5, num_rows=2, warm_start=wide.plan)
+    assert err.value.field == "warm_start" and "shape 3x2, expected 2x2" in str(err.value)
+    # the same samples, one of them longer: the first plan's cell holding it overflows
+    cell_of = first.plan.layout.cell_of
+    lengths = inst.window.lengths.copy()
+    tokens = np.bincount(cell_of, weights=lengths, minlength=4)
+    shared = int(np.flatnonzero(np.bincount(cell_of, minlength=4)[cell_of] >= 2)[0])  # not alone in its cell
+    lengths[shared] += int(inst.cluster.capacity - tokens[cell_of[shared]]) + 1         # still <= C alone
+    demand = np.array(inst.window.demand, dtype=np.int64)
+    demand[shared, :, 0] += lengths[shared] - inst.window.lengths[shared]  # every token routed k times
+    demand[shared, :, 1] += lengths[shared] - inst.window.lengths[shared]
+    longer = Window(lengths, demand, inst.window.top_k)
+    other = Instance(longer, inst.cluster, inst.cost)
+    with pytest.raises(InputError) as err:
+        get_solver("exact")(other, objective="shard", time_limit=5, num_rows=2, warm_start=first.plan)
+    assert err.value.field == "warm_start" and "over the capacity" in str(err.value)
+
+
+def test_bound_scope_in_summary_and_dict():
+    """exact's bound is for the plan's own placement: the summary and to_dict say so; the
+    joint model's bound ranges over every placement."""
+    inst = make_window(8, D=2, G=2, seed=3)
+    res = get_solver("exact")(inst, objective="sync", time_limit=10, num_rows=2)
+    checked(inst, res, num_rows=2)
+    assert res.stats["bound_scope"] == GIVEN_PLACEMENT and res.to_dict()["bound_scope"] == GIVEN_PLACEMENT
+    assert "for this placement only" in res.summary()
+    joint = get_solver("joint")(inst, objective="sync", time_limit=30, num_rows=2)
+    assert joint.to_dict()["bound_scope"] == EVERY_PLACEMENT and "placement only" not in joint.summary()
 
 
 def test_cpsat_rounding_bound_is_reported():

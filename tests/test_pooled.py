@@ -102,7 +102,7 @@ def test_solve_packing_reports_the_pooled_bound():
     assert res.stats["bound_from"] in ("analytic", "model", "pooled")
     if res.stats["bound_from"] != "model":
         assert sources[res.stats["bound_from"]] == pytest.approx(res.bound, rel=1e-9)
-    assert f"(from: {res.stats['bound_from']})" in res.summary()
+    assert f"(from: {res.stats['bound_from']};" in res.summary()
     off = solve_packing(inst, place, 3, objective="shard", time_limit=20, pooled_bound=False)
     assert res.status == off.status == "optimal"
     checked(inst, off, num_rows=3)

@@ -82,8 +82,8 @@ def gap_distribution(records: list[dict], path: str) -> str | None:
         return None
     by = defaultdict(list)
     for rec in records:
-        if rec.get("valid") and rec.get("gap_bound") is not None:
-            by[rec["solver"]].append(rec["gap_bound"])
+        if rec.get("valid") and rec.get("gap_bound_pct") is not None:
+            by[rec["solver"]].append(rec["gap_bound_pct"])
     if not by:
         return None
     fig, ax = plt.subplots(figsize=(1.4 * len(by) + 2, 3.5))

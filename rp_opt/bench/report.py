@@ -153,8 +153,8 @@ def record_bound(rec: dict, records: list[dict]):
 
 
 def add_gaps(records: list[dict]) -> dict[str, dict]:
-    """Add ``gap_bound`` (to the best bound valid for the record's own plan: its rows, its
-    placement when fixed) and ``gap_best`` (to the instance's best score), in percent, and
+    """Add ``gap_bound_pct`` (to the best bound valid for the record's own plan: its rows, its
+    placement when fixed) and ``gap_best_pct`` (to the instance's best score), in percent, and
     ``ref_bound`` (that bound) to every record; returns the instance summary."""
     summary = instance_summary(records)
     by_instance: dict[str, list[dict]] = defaultdict(list)
@@ -164,8 +164,8 @@ def add_gaps(records: list[dict]) -> dict[str, dict]:
         info = summary[rec["instance"]]
         ok = usable(rec)
         rec["ref_bound"] = record_bound(rec, by_instance[rec["instance"]]) if ok else None
-        rec["gap_bound"] = gap(rec["score"], rec["ref_bound"]) if ok else None
-        rec["gap_best"] = gap(rec["score"], info["best"]) if ok else None
+        rec["gap_bound_pct"] = gap(rec["score"], rec["ref_bound"]) if ok else None
+        rec["gap_best_pct"] = gap(rec["score"], info["best"]) if ok else None
     return summary
 
 
@@ -207,7 +207,7 @@ def _cell(rec: dict | None) -> str:
         if rec.get("status") in ("optimal", "feasible"):
             return "invalid" if not rec.get("valid") else "score != checker's"
         return f"{rec.get('status')}"
-    gap_text = "-" if rec.get("gap_bound") is None else f"{rec['gap_bound']:.2f}"
+    gap_text = "-" if rec.get("gap_bound_pct") is None else f"{rec['gap_bound_pct']:.2f}"
     seconds = rec.get("seconds")
     return gap_text + ("" if seconds is None else f" ({seconds:.1f})")
 
@@ -248,7 +248,7 @@ def per_solver_rows(records: list[dict], by_config: bool = False) -> tuple[list[
         proven = sum(1 for r in valid if r.get("primary_proven"))
         opt = sum(1 for r in recs if summary[r["instance"]]["optimal"])
         rows.append(list(key) + [len(recs), sum(1 for r in recs if r.get("valid")), proven, opt,
-                                 pm([r["gap_bound"] for r in valid]), pm([r["gap_best"] for r in valid]),
+                                 pm([r["gap_bound_pct"] for r in valid]), pm([r["gap_best_pct"] for r in valid]),
                                  pm([r.get("seconds") for r in valid], 1)])
     return headers, rows
 

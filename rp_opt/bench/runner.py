@@ -229,6 +229,22 @@ def check_ray_address(address: str) -> str:
     return address
 
 
+def probe_ray_address(address: str, seconds: float = 5.0) -> None:
+    """For a ``[ray://]HOST:PORT`` address: open a TCP connection to it within ``seconds``,
+    else an :class:`InputError` on ``--ray``. ``ray.init`` keeps retrying an address where
+    nothing listens for about a minute, printing its C++ log; a run must fail fast instead."""
+    import socket
+
+    if address in ("local", "auto"):
+        return
+    host, port = address.removeprefix("ray://").rsplit(":", 1)
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=seconds).close()
+    except OSError as exc:
+        reason = " ".join(str(exc).split())[:120] or type(exc).__name__
+        raise InputError("--ray", f"cannot reach Ray at {address!r} within {seconds:g} s ({reason})") from None
+
+
 def _filing(num_tasks: int, on_record) -> tuple[list, Callable[[int, dict], None]]:
     """The records' list (one slot per task, in task order) and ``arrived(k, record)``,
     which files task k's record and announces it to ``on_record`` (when given)."""
@@ -255,6 +271,7 @@ def _ray_run(tasks: list[Task], address: str, workers: int, on_record) -> list[d
             if address == "local":
                 ray.init(num_cpus=max(1, workers), include_dashboard=False, log_to_driver=False)
             else:
+                probe_ray_address(address)
                 ray.init(address=address, log_to_driver=False)
         except (ValueError, ConnectionError, RuntimeError, TimeoutError) as exc:
             reason = " ".join(str(exc).split())[:200]

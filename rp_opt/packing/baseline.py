@@ -224,6 +224,9 @@ def _baseline_solver(placement_rule: str, packing_rule: str):
             # the rule fills no R*.D..N cells; a layout may exist all the same (not proven infeasible)
             return Result(NO_SOLUTION, None, (), None, time.perf_counter() - start, name, {"reason": exc.message})
         stats.update(placement=placement_rule, packing=packing_rule)
+        if warm_start is not None:
+            # a baseline is what a trainer runs today, by fixed rules: a start would change it
+            stats["warm_start"] = f"ignored: {name} builds its plan by fixed rules"
         if proven is not None:
             stats["r_star"] = proven
         result = plan_result(instance, placement, layout, objective, solver=name,

@@ -46,11 +46,12 @@ import numpy as np
 
 from ...cost import cost_bounds, get_objective, rank_load, score
 from ...errors import MAX_SEED, integer, number, require, switch
-from ...result import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL, Plan, Result
+from ...result import FEASIBLE, GIVEN_PLACEMENT, INFEASIBLE, NO_SOLUTION, OPTIMAL, Plan, Result
 from ...rows import certify_seconds, row_count_reason
 from ...solution import Layout, Placement, placement_for
 from ...solvers import register_solver
 from ...window import Instance
+from ..seeds import layout_violation
 from .common import (Budget, build_seconds, canonical_layout, greedy_layout, heaviest_first,
                      layout_valid, lex_better, packing_data, renumbered, symmetry_mode, too_big)
 from .cpsat_model import PROOF, TOGETHER, SolveOutcome, check_together
@@ -68,7 +69,8 @@ log = logging.getLogger("rp_opt")
 
 BACKENDS = ("cpsat", "highs")
 
-__all__ = ["solve_exact", "solve_packing", "default_placement", "default_num_rows", "num_rows_or_status", "BACKENDS"]
+__all__ = ["solve_exact", "solve_packing", "default_placement", "default_num_rows", "num_rows_or_status", "BACKENDS",
+           "OPTIONS", "check_options"]
 
 
 def default_placement(instance: Instance) -> Placement:
@@ -146,6 +148,21 @@ def check_args(**args) -> dict:
         elif name == "together":
             check_together(value)
     return out
+
+
+# the options solve_exact takes besides its keyword arguments (``--option KEY=VALUE``)
+OPTIONS = ("workers", "subsolvers", "together", *_SWITCHES)
+
+
+def check_options(options: dict) -> dict:
+    """``options`` of the ``exact`` solver (:data:`OPTIONS`), checked and converted as
+    :func:`check_args` does; an unknown name is a one-line :class:`InputError` on
+    ``options`` listing the known ones. Also what the Planner checks its
+    ``solver_options`` with before the first step."""
+    unknown = set(options) - set(OPTIONS)
+    require(not unknown, "options", f"unknown option(s) {sorted(unknown)} for solver exact; known: "
+            f"{', '.join(sorted({*OPTIONS, 'backend', 'num_rows', 'placement'}))}")
+    return check_args(**options)
 
 
 def _subsolver_names(value) -> tuple[str, ...] | str | None:
@@ -338,7 +355,7 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
     # the bound and "optimal" are for this placement and R (the hierarchical problem): the
     # ``joint`` solver is the one that chooses the placement too
     stats = {"backend": backend, "num_rows": int(num_rows), "symmetry": mode, "tighten": tighten,
-             "bound_scope": "the given placement"}
+             "bound_scope": GIVEN_PLACEMENT}
     # a model whose build would not fit in the time limit is not built (the build and
     # CP-SAT's loading do not stop at the limit): the best start is the answer
     skip = too_big(build, float(time_limit) - (time.perf_counter() - t0))
@@ -558,12 +575,8 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
         :func:`solve_packing`.
     """
     t0 = time.perf_counter()
-    known = {"workers", "subsolvers", "together", *_SWITCHES}
-    unknown = set(options) - known
-    require(not unknown, "options", f"unknown option(s) {sorted(unknown)} for solver exact; known: "
-            f"{', '.join(sorted(known | {'backend', 'num_rows', 'placement'}))}")
     num_rows = integer("num_rows", num_rows, 1, none=True)
-    options = check_args(**options)
+    options = check_options(options)
     time_limit = number("time_limit", time_limit, above=0, hint="seconds")
     require(warm_start is None or isinstance(warm_start, Plan), "warm_start",
             f"must be a Plan, got {type(warm_start).__name__}")
@@ -578,7 +591,14 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
         num_rows, status, reason = num_rows_or_status(instance, time_limit=certify_seconds(time_limit, 1.0))
         if num_rows is None:
             return Result(status, None, (), None, time.perf_counter() - t0, "exact", {"reason": reason})
-    start = warm_start.layout if warm_start is not None else None
+    start = None
+    if warm_start is not None:
+        # the caller's plan must fit this window: its placement would otherwise be planned
+        # with as if it were this window's (solve_packing drops a bad start quietly, for
+        # its own internal starts)
+        why = layout_violation(instance, warm_start.layout, num_rows)
+        require(why is None, "warm_start", f"is not a valid layout of this window's R={num_rows} rows: {why}")
+        start = warm_start.layout
     left = max(0.1, time_limit - (time.perf_counter() - t0))
     res = solve_packing(instance, placement, num_rows, objective=objective, time_limit=left, seed=seed,
                         start=start, backend=backend, **options)

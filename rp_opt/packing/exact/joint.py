@@ -18,7 +18,7 @@ from ortools.sat.python import cp_model
 
 from ...cost import get_objective, placement_bound, score
 from ...errors import number, require
-from ...result import INFEASIBLE, Plan, Result
+from ...result import EVERY_PLACEMENT, INFEASIBLE, Plan, Result
 from ...rows import certify_seconds, row_count_reason
 from ...solution import Placement
 from ...solvers import register_solver
@@ -106,7 +106,7 @@ def _solve_joint(instance: Instance, obj, time_limit, seed, warm_start, num_rows
     N, L, E = a.shape
     P = cluster.ep
     stats = {"backend": "cpsat", "num_rows": int(num_rows), "symmetry": mode, "joint": True,
-             "bound_scope": "every placement"}
+             "bound_scope": EVERY_PLACEMENT}
     why = _too_big(instance, int(num_rows), float(time_limit) - (time.perf_counter() - t0))
     if why:
         # the model of a window this size would not even be built within the time limit
