@@ -10,11 +10,26 @@ from .check import check, check_plan
 
 __version__ = "0.1.0"
 
+# imported on first use (module __getattr__ below), so `import rp_opt` stays cheap: the
+# trainer API pulls in the solvers' modules
+_LAZY = {"Planner": "planner", "StepPlan": "planner"}
+
+__all__ = [
+    "Aggregate", "Cluster", "CostModel", "InputError", "Instance", "Layout", "Objective", "Placement",
+    "Plan", "Planner", "Result", "Stage", "StepPlan", "Window", "check", "check_plan", "cost_bounds",
+    "get_objective", "layout_costs", "rank_demand", "register_objective", "score",
+]
+
 
 def __getattr__(name):
-    # the trainer API is imported on first use, so `import rp_opt` stays cheap
-    if name == "Planner":
-        from .planner import Planner
+    if name in _LAZY:
+        from importlib import import_module
 
-        return Planner
+        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
     raise AttributeError(f"module 'rp_opt' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -12,6 +12,13 @@ of the chosen mode (looked up through :func:`rp_opt.solvers.get_solver`, with a 
 from the previous step where its shape allows), and (4) relabels the new placement against
 the placement in force and lists the transfers (:func:`rp_opt.materialise.migration_plan`).
 The planner tracks the placement in force from step to step.
+
+A step never returns a plan worse (lexicographically) than one that moves no expert and
+that it can score: the previous step's plan when it is still a plan of this window (same
+N, its layout within capacity, no empty cell, at most m samples a cell, the same row
+count), and the placement in force with the new layout. Ties go to the plan that moves
+nothing; ``StepPlan.decision`` says which plan was returned (``new``, ``previous`` or
+``placement``), and ``bound``/``gap`` describe that plan.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import numpy as np
 
 from .cost import get_objective, score
 from .errors import InputError, integer, number, require, switch
-from .result import INFEASIBLE, Plan, Result
+from .result import EVERY_PLACEMENT, FEASIBLE, INFEASIBLE, OPTIMAL, Plan, Result, relative_gap
 from .solution import Layout, Placement, placement_for
 from .window import Cluster, CostModel, Instance, Window
 
@@ -42,6 +49,8 @@ MODES = {
 _FIXED_PLACEMENT = {"baseline", "kk", "lpt-ffd"}
 # solver arguments the Planner sets itself on every call (not accepted in solver_options)
 _PLANNER_SET = {"objective", "time_limit", "seed", "warm_start"}
+# StepPlan.decision: which plan a step returned
+NEW, PREVIOUS, KEPT_PLACEMENT = "new", "previous", "placement"
 
 
 @dataclass(frozen=True)
@@ -57,21 +66,26 @@ class StepPlan:
     plan
         Placement (relabelled to keep experts where they are; same cost) and layout.
     result
-        The solver's :class:`~rp_opt.result.Result` (its placement is not relabelled).
+        The solver's :class:`~rp_opt.result.Result` (its placement is not relabelled; its
+        plan is the one returned only when ``decision`` is ``new``).
     certificate
         The R* certificate (:class:`rp_opt.rows.RowCertificate`).
     migration
         :class:`rp_opt.materialise.MigrationPlan` from the placement in force to ``plan.placement``.
     timings
         Seconds per phase: ``replay``, ``certify``, ``warm_start`` (placement seed and
-        warm-start plan), ``solve``, ``migrate``, and ``total``.
+        warm-start plan), ``solve``, ``migrate``, ``choose`` (scoring the plans that move
+        nothing, and the bound of a kept plan), and ``total``.
     warm_start
         ``"layout"`` (previous placement and layout), ``"placement"`` (previous placement
         with the certificate's layout) or None.
     stats
-        ``mode``, and ``migration_decision`` when the planner has a ``migration_cost``
-        (then ``plan`` may keep the placement in force: ``score`` is the plan's, while
-        ``bound`` and ``gap`` are the solver's).
+        ``mode``; ``decision`` (see :attr:`decision`) and ``candidates`` (the score of
+        every plan the step chose among: ``new``, and ``previous`` / ``placement`` where
+        they applied); ``bound``, ``bound_scope``, ``bound_from`` and ``status`` of the
+        returned plan; ``inputs`` (where E, k and the lengths came from: the call, the
+        routing, the model spec, or derived); ``migration_decision`` when the planner has
+        a ``migration_cost``.
     """
 
     step: int
@@ -110,20 +124,51 @@ class StepPlan:
         return self.plan.score
 
     @property
+    def decision(self) -> str:
+        """Which plan the step returned: ``new`` (the solver's), ``previous`` (the previous
+        step's plan, still valid here and at least as good) or ``placement`` (the placement
+        in force with the solver's layout: at least as good, or the migration was not worth
+        its ``migration_cost``). The last two move no expert."""
+        return self.stats.get("decision", NEW)
+
+    @property
     def bound(self) -> float | None:
-        return self.result.bound
+        """Proven lower bound on the primary level, valid for the returned plan
+        (:attr:`bound_scope` says over which plans)."""
+        return self.stats["bound"] if "bound" in self.stats else self.result.bound
+
+    @property
+    def bound_scope(self) -> str | None:
+        """What :attr:`bound` ranges over: ``every placement`` (any placement and layout of
+        the plan's rows) or ``the given placement`` (layouts for the plan's own placement)."""
+        if "bound_scope" in self.stats:
+            return self.stats["bound_scope"]
+        return self.result.stats.get("bound_scope") if isinstance(self.result.stats, dict) else None
 
     @property
     def gap(self) -> float | None:
-        return self.result.gap
+        """Relative gap of the returned plan's primary level to :attr:`bound`."""
+        return relative_gap(self.score[0] if self.score else None, self.bound)
 
     @property
     def status(self) -> str:
-        return self.result.status
+        """``optimal`` or ``feasible``, of the returned plan (the solver's status when it is
+        the solver's plan)."""
+        return self.stats.get("status", self.result.status)
 
     @property
     def solver(self) -> str:
+        """The registered solver that ran (``auto`` in mode auto: :attr:`engine` says which
+        of its solvers produced the plan)."""
         return self.result.solver
+
+    @property
+    def engine(self) -> str:
+        """The solver that produced the solver's plan: in mode ``auto``, its choice
+        (``heuristic``, or ``exact`` with a heuristic MIP start; ``heuristic`` again when the
+        exact model did not beat its start), else :attr:`solver`."""
+        stats = self.result.stats if isinstance(self.result.stats, dict) else {}
+        return stats.get("auto_kept") or stats.get("auto_choice") or self.result.solver
 
     @property
     def seconds(self) -> float:
@@ -133,12 +178,14 @@ class StepPlan:
         """Plan-file form plus the step's figures (JSON-ready)."""
         out = self.plan.to_dict()
         out.update({
-            "step": self.step, "status": self.status, "solver": self.solver, "bound": self.bound,
-            "gap": self.gap, "r_star": self.r_star, "timings": dict(self.timings), "warm_start": self.warm_start,
+            "step": self.step, "status": self.status, "solver": self.solver, "engine": self.engine,
+            "bound": self.bound, "bound_scope": self.bound_scope, "gap": self.gap, "r_star": self.r_star,
+            "timings": dict(self.timings), "warm_start": self.warm_start, "decision": self.decision,
             "migration": None if self.migration is None else self.migration.summary(),
         })
-        if "migration_decision" in self.stats:
-            out["migration_decision"] = dict(self.stats["migration_decision"])
+        for key in ("candidates", "inputs", "migration_decision"):
+            if key in self.stats:
+                out[key] = dict(self.stats[key])
         return out
 
 
@@ -190,7 +237,9 @@ class Planner:
     current_placement
         The placement in force before the first step (default: identity).
     warm_start
-        Seed each step with the previous step's plan where its shape allows.
+        Seed each step with the previous step's plan where its shape allows. (Whatever
+        this says, a step returns the previous plan instead of a worse one when it is
+        still valid: module docstring.)
     certify_share
         Share of ``time_limit`` given to the R* certifier, in (0, 1): the rest is the solver's.
     keep_placement
@@ -198,17 +247,23 @@ class Planner:
         trainers that cannot hide expert transfers; needs a solver that takes a fixed
         ``placement`` (``heuristic``, ``exact``, ``auto``).
     solver_options
-        Extra keyword options passed to the solver.
+        Extra keyword options passed to the solver, checked here against the options of
+        the solver the mode runs (``heuristic`` and ``auto``: the heuristic's own check,
+        :func:`rp_opt.packing.anneal.heuristic_inputs`; ``exact``:
+        :func:`rp_opt.packing.exact.check_options`; the baselines: ``num_rows``); an unknown
+        option or a bad value is one line naming ``solver_options``. Other registered
+        solvers check their options when they run.
     migration_cost
         Modelled cost of one byte on the migration's critical path (the busiest rank's
         transfers in sequence, :attr:`~rp_opt.materialise.MigrationPlan.critical_bytes`),
         in the cost model's units (with a calibrated model in seconds: 1 / bandwidth), a
         finite number >= 0. Set,
-        the planner adopts a new placement only when its modelled gain on this step's layout
-        (the layout scored under the placement in force minus under the new one), times
-        ``migration_horizon``, exceeds the migration's cost; otherwise it keeps the placement
-        in force with the new layout (``step.stats["migration_decision"]`` says which and
-        why). None (default): always adopt the solver's placement.
+        the planner adopts a new placement only when its modelled gain (primary level) over
+        the best plan that moves nothing (the previous plan when it is still valid, else the
+        placement in force with the new layout), times ``migration_horizon``, exceeds the
+        migration's cost; otherwise it returns that plan (``step.stats["migration_decision"]``
+        says which and why). None (default): the solver's placement is adopted when its plan
+        scores strictly better (lexicographically) than every plan that moves nothing.
     migration_horizon
         Steps a new placement is expected to serve (its gain counts this many times), an
         integer >= 1.
@@ -258,8 +313,11 @@ class Planner:
         self._cost_by_layers: dict[int, CostModel] = {}
         self._current = placement_for(current_placement, cluster.ep, "current_placement", none=True)
         self._previous: Plan | None = None
+        self._warned_lengths = False
         self.step = 0
-        self.solver_name  # resolve now: a bad mode fails at configuration, not at step 1
+        # resolve now: a bad mode, or an option its solver does not take, fails at
+        # configuration rather than at step 1 (after replay and certification)
+        check_solver_options(self.solver_name, self.solver_options, self.time_limit, self.seed)
 
     # ---------------------------------------------------------------- configuration
     @property
@@ -306,22 +364,39 @@ class Planner:
     def instance(self, lengths=None, routing=None, *, num_experts: int | None = None, mask=None,
                  top_k: int | None = None, attn_work=None) -> Instance:
         """The :class:`~rp_opt.window.Instance` of one step (see :meth:`plan`)."""
+        return self._instance(lengths, routing, num_experts=num_experts, mask=mask, top_k=top_k,
+                              attn_work=attn_work)[0]
+
+    def _instance(self, lengths, routing, *, num_experts, mask, top_k, attn_work) -> tuple[Instance, dict]:
+        """(instance, inputs): ``inputs`` says where E, k and the lengths came from.
+
+        E and k the call does not give come from the model spec (ids, or counts without
+        ``top_k``); every error that depends on such a value says so, and lengths derived
+        from counts with the spec's k are logged (a warning, once per planner)."""
         from .replay import Replay, replay
 
         require(routing is not None, "routing", "is required (per-sample ids, a padded batch, or counts [N, L, E])")
-        if num_experts is None:
-            if self._spec is not None:
-                num_experts = self._spec.num_experts
-            elif isinstance(routing, np.ndarray) and routing.ndim == 3:
-                num_experts = routing.shape[2]
-            elif isinstance(routing, Replay):
-                num_experts = routing.demand.shape[2]
-            else:
-                raise InputError("num_experts", "is needed to read expert ids when the planner has no model spec")
-        if top_k is None and self._spec is not None and not isinstance(routing, (list, tuple)) \
-                and np.ndim(routing) == 3:
-            top_k = self._spec.top_k
-        rep = replay(routing, num_experts=num_experts, mask=mask, lengths=lengths, top_k=top_k)
+        spec = f"the model spec {self._spec.name!r}" if self._spec is not None else None
+        replayed = isinstance(routing, Replay)
+        counts = not replayed and not isinstance(routing, (list, tuple)) and _ndim(routing) == 3
+        inputs, experts_from, k_from = {}, None, None
+        if num_experts is not None:
+            inputs["num_experts"] = "num_experts"
+        elif replayed:
+            num_experts, inputs["num_experts"] = routing.demand.shape[2], "the Replay"
+        elif self._spec is not None:
+            num_experts, experts_from = self._spec.num_experts, spec
+            inputs["num_experts"] = spec
+        elif isinstance(routing, np.ndarray) and routing.ndim == 3:
+            num_experts, inputs["num_experts"] = routing.shape[2], "the counts"
+        else:
+            raise InputError("num_experts", "is needed to read expert ids when the planner has no model spec")
+        if top_k is not None:
+            inputs["top_k"] = "top_k"
+        elif counts and self._spec is not None:
+            top_k, k_from = self._spec.top_k, spec
+        rep = replay(routing, num_experts=num_experts, mask=mask, lengths=lengths, top_k=top_k, top_k_from=k_from,
+                     num_experts_from=experts_from)
         # a padded batch (or a Replay) carries its own k; replay() does not compare it with top_k
         require(top_k is None or rep.top_k is None or int(top_k) == rep.top_k, "top_k",
                 f"is {top_k}, the routing's ids have k={rep.top_k}")
@@ -329,12 +404,26 @@ class Planner:
             lengths = np.asarray(lengths)
             require(lengths.shape == rep.lengths.shape, "lengths",
                     f"has shape {lengths.shape}, the routing has {rep.lengths.size} samples")
+            inputs["lengths"] = "lengths"
         else:
             lengths = rep.lengths
-        window = Window(lengths, rep.demand, top_k or rep.top_k or _infer_k(rep), attn_work)
+            inputs["lengths"] = f"the counts: T_i = tokens per layer / k={top_k}" if counts else "the routing"
+        k = top_k or rep.top_k
+        if k_from is not None:
+            inputs["top_k"] = k_from
+        elif "top_k" not in inputs:
+            inputs["top_k"] = "the routing" if k is not None else "the counts and lengths (most routed per token)"
+        if k is None:
+            k = _infer_k(rep)
+        if counts and lengths is rep.lengths and k_from is not None:
+            (log.info if self._warned_lengths else log.warning)(
+                "planner: lengths derived from counts as T_i = tokens per layer / k, k=%d from %s; pass top_k= or "
+                "lengths= if your router differs", k, k_from)
+            self._warned_lengths = True
+        window = Window(lengths, rep.demand, k, attn_work)
         meta = {"step": self.step}
         return Instance(window, self.cluster, self.cost_model(window.num_layers),
-                        self._spec.name if self._spec is not None else "custom", meta)
+                        self._spec.name if self._spec is not None else "custom", meta), inputs
 
     def plan(self, lengths=None, routing=None, *, num_experts: int | None = None, mask=None,
              top_k: int | None = None, attn_work=None, commit: bool = True) -> StepPlan:
@@ -348,11 +437,19 @@ class Planner:
             Per-sample expert ids [T_i, L, k] (list), a padded batch [B, S, L, k] with
             ``mask``, precomputed counts [N, L, E], or an :class:`~rp_opt.replay.Replay`.
         num_experts
-            E (default: the model spec's, or the counts' last axis).
+            E (default: a Replay's, else the model spec's, else the counts' last axis). An
+            error that depends on the spec's E says so; pass it whenever the trainer's
+            model is not the spec's (ids of a 16-expert model read with E = 256 give a
+            window of 256 experts).
         mask
             [B, S] attention mask of a padded batch.
         top_k
-            k (default: from the routing, or the model spec for counts).
+            k (default: from the ids; for counts, the model spec's). Counts without
+            ``lengths`` derive T_i = tokens per layer / k: with the spec's k (logged as a
+            warning once per planner; every error that depends on it says so) top-2
+            counts read as top-8 give lengths 4x too small whenever the counts are
+            consistent with both (:func:`rp_opt.replay.demand_from_counts`). Pass
+            ``lengths`` with counts.
         attn_work
             Q[N] (default T^2).
         commit
@@ -368,8 +465,8 @@ class Planner:
 
         commit = switch("commit", commit)
         start = time.perf_counter()
-        instance = self.instance(lengths, routing, num_experts=num_experts, mask=mask, top_k=top_k,
-                                 attn_work=attn_work)
+        instance, inputs = self._instance(lengths, routing, num_experts=num_experts, mask=mask, top_k=top_k,
+                                          attn_work=attn_work)
         window = instance.window
         timings = {"replay": time.perf_counter() - start}
         current = self._current
@@ -412,30 +509,100 @@ class Planner:
         # relabelling permutes ranks within each layer: the cost is unchanged
         plan = Plan(migration.placement, result.plan.layout, result.plan.objective, result.plan.score,
                     result.plan.stats)
-        extra = {"mode": self.mode}
-        if self.migration_cost is not None and migration.num_transfers:
-            # gain of moving experts for this layout vs the price of moving them
-            stay = score(instance, current, result.plan.layout, self.objective)
-            gain = stay[0] - result.plan.score[0]
-            price = self.migration_cost * migration.critical_bytes
-            adopt = gain * self.migration_horizon > price
-            extra["migration_decision"] = {"migrate": bool(adopt), "gain": float(gain), "price": float(price),
-                                           "horizon": self.migration_horizon, "score_kept": list(stay)}
-            if not adopt:
-                migration = migration_plan(current, current, self.expert_bytes)
-                plan = Plan(current, result.plan.layout, result.plan.objective, stay, result.plan.stats)
         timings["migrate"] = time.perf_counter() - t
+        t = time.perf_counter()
+        extra = {"mode": self.mode, "inputs": inputs}
+        plan, migration = self._choose(instance, current, plan, migration, result, extra)
+        extra.update(self._bound_of(instance, plan, result, extra["decision"]))
+        timings["choose"] = time.perf_counter() - t
         timings["total"] = time.perf_counter() - start
         step = StepPlan(self.step, instance, plan, result, certificate, migration, timings, warm_kind, extra)
         if commit:
             self._current = plan.placement
             self._previous = plan
             self.step += 1
-        log.info("planner step %d: %s %s in %.3f s, R=%d, %d transfers", step.step, result.solver, result.status,
-                 timings["total"], plan.num_rows, migration.num_transfers)
+        log.info("planner step %d: %s %s in %.3f s, R=%d, %s plan, %d transfers", step.step, result.solver,
+                 step.status, timings["total"], plan.num_rows, step.decision, migration.num_transfers)
         return step
 
     # ---------------------------------------------------------------- helpers
+    def _choose(self, instance: Instance, current: Placement, new: Plan, migration, result: Result,
+                extra: dict) -> tuple[Plan, object]:
+        """The plan this step returns, with its migration; ``extra`` gets ``decision``,
+        ``candidates`` and (with a ``migration_cost``) ``migration_decision``.
+
+        The candidates that move nothing are the previous step's plan, when it is still a
+        plan of this window with the new plan's row count (:func:`_layout_fits`), and the
+        placement in force with the new layout; the better of the two (ties: the previous
+        plan) is returned unless the new plan is strictly better (lexicographically), or,
+        with a ``migration_cost``, unless its primary gain times the horizon exceeds the
+        price of its migration. All candidates are scored by :func:`rp_opt.cost.score`, so
+        that equal plans tie exactly."""
+        from .materialise import migration_plan
+
+        objective = self.objective
+        candidates: list[tuple[str, Plan]] = []
+        prev = self._previous
+        if (prev is not None and prev.objective == objective
+                and prev.placement.ranks.shape == current.ranks.shape
+                and np.array_equal(prev.placement.ranks, current.ranks)
+                and prev.layout.num_rows == new.layout.num_rows
+                and _layout_fits(prev.layout, instance.window, instance.cluster)):
+            value = score(instance, current, prev.layout, objective)
+            candidates.append((PREVIOUS, Plan(current, prev.layout, objective, value, {"decision": PREVIOUS})))
+        if migration.num_transfers:
+            value = score(instance, current, new.layout, objective)
+            candidates.append((KEPT_PLACEMENT, Plan(current, new.layout, objective, value, new.stats)))
+        if not candidates:
+            extra.update(decision=NEW, candidates={NEW: list(new.score)})
+            return new, migration
+        # the same function scores every candidate (the solver's own sum may differ in the last bits)
+        new_value = score(instance, new.placement, new.layout, objective)
+        new = Plan(new.placement, new.layout, new.objective, new_value, new.stats)
+        name, stay = min(candidates, key=lambda item: item[1].score)  # min keeps the first of equals
+        extra["candidates"] = {NEW: list(new_value), **{key: list(plan.score) for key, plan in candidates}}
+        if migration.num_transfers and self.migration_cost is not None:
+            gain = stay.score[0] - new_value[0]
+            price = self.migration_cost * migration.critical_bytes
+            adopt = gain * self.migration_horizon > price
+            extra["migration_decision"] = {"migrate": bool(adopt), "gain": float(gain), "price": float(price),
+                                           "horizon": self.migration_horizon, "score_kept": list(stay.score),
+                                           "kept": name}
+        else:
+            adopt = new_value < stay.score
+        if adopt:
+            extra["decision"] = NEW
+            return new, migration
+        extra["decision"] = name
+        return stay, migration_plan(current, current, self.expert_bytes)
+
+    def _bound_of(self, instance: Instance, plan: Plan, result: Result, decision: str) -> dict:
+        """``bound``, ``bound_scope``, ``bound_from`` and ``status`` of the returned plan.
+
+        The solver's plan keeps the solver's. A plan that moves nothing instead keeps the
+        solver's bound when it holds for every placement and the same row count (the
+        heuristic's; :data:`rp_opt.result.EVERY_PLACEMENT`): that plan is one of those
+        plans. A bound for the solver's own placement only (``exact``, ``auto`` when it ran
+        the exact model) says nothing about another placement: the plan then gets the
+        analytic bound that holds for every placement and layout of its rows
+        (:func:`rp_opt.cost.cost_bounds`). It is ``optimal`` only when the solver proved
+        optimality over every placement and it scores no worse."""
+        stats = result.stats if isinstance(result.stats, dict) else {}
+        scope = stats.get("bound_scope")
+        if decision == NEW:
+            return {"bound": result.bound, "bound_scope": scope, "bound_from": "solver", "status": result.status}
+        if result.bound is not None and scope == EVERY_PLACEMENT and result.plan is not None \
+                and plan.num_rows == result.plan.num_rows:
+            bound, origin = result.bound, "solver"
+        else:
+            from .cost import cost_bounds
+
+            bound = float(cost_bounds(instance, plan.num_rows).objective(self.objective)[0])
+            origin = "analytic (every placement)"
+        proven = result.status == OPTIMAL and scope == EVERY_PLACEMENT and tuple(plan.score) <= tuple(result.score)
+        return {"bound": bound, "bound_scope": EVERY_PLACEMENT, "bound_from": origin,
+                "status": OPTIMAL if proven else FEASIBLE}
+
     def _certify(self, window: Window):
         from .rows import certify_rows
 
@@ -473,6 +640,43 @@ class Planner:
         return Plan(seed, layout, self.objective, value, {"warm_start": kind}), seed, kind
 
 
+def check_solver_options(solver: str, options: dict, time_limit: float, seed: int) -> None:
+    """Check ``options`` (a Planner's ``solver_options``) against what ``solver`` takes,
+    before any step runs: one :class:`~rp_opt.errors.InputError` naming ``solver_options``
+    (``solver_options: unknown option(s) ['bogus'] for solver heuristic; known: ...``) or
+    ``solver_options.NAME`` for a bad value.
+
+    ``heuristic`` and ``auto`` (whose options go to the heuristic) use the heuristic's own
+    check, :func:`rp_opt.packing.anneal.heuristic_inputs`; ``exact``
+    :func:`rp_opt.packing.exact.check_options`; the baselines take ``num_rows`` only (what they
+    check when they run). ``placement`` (which the Planner sets otherwise) is left to the
+    solver. Other registered solvers are not checked here: they check their options when
+    they run.
+    """
+    rest = {name: value for name, value in options.items() if name != "placement"}
+    try:
+        if solver in ("heuristic", "auto"):
+            from .packing.anneal import heuristic_inputs
+
+            workers = rest.pop("workers", None)
+            heuristic_inputs(time_limit, seed, workers, rest)
+        elif solver == "exact":
+            from .packing.exact import BACKENDS, check_options
+
+            # backend and num_rows are solve_exact's keyword arguments, not options
+            backend = rest.pop("backend", "cpsat")
+            require(backend in BACKENDS, "backend", f"must be one of {BACKENDS}, got {backend!r}")
+            integer("num_rows", rest.pop("num_rows", None), 1, text=True, none=True, hint="None: R*")
+            check_options(rest)
+        elif solver in _FIXED_PLACEMENT:
+            unknown = sorted(set(options) - {"num_rows"})
+            require(not unknown, "options", f"unknown option(s) {unknown} for solver {solver}; known: num_rows")
+            integer("num_rows", options.get("num_rows"), 1, text=True, none=True, hint="None: R*")
+    except InputError as exc:
+        field = "solver_options" if exc.field == "options" else f"solver_options.{exc.field}"
+        raise InputError(field, exc.message) from None
+
+
 def _seed_placement(window: Window, previous: Placement) -> Placement:
     """Per layer, the better of LPT + local search and local search from ``previous``."""
     from .placement import layer_rank_loads, local_search_placement
@@ -494,6 +698,18 @@ def _layout_fits(layout: Layout, window: Window, cluster: Cluster) -> bool:
     sizes = np.bincount(layout.cell_of, minlength=layout.num_cells)
     m = cluster.max_samples_per_cell
     return bool(np.all(tokens <= cluster.capacity) and np.all(sizes >= 1) and (m is None or np.all(sizes <= m)))
+
+
+def _ndim(value) -> int | None:
+    """Dimensions of an array-like, or None when numpy cannot read it (replay() then says
+    so in one line)."""
+    ndim = getattr(value, "ndim", None)
+    if isinstance(ndim, int):
+        return ndim
+    try:
+        return int(np.ndim(value))
+    except Exception:  # ragged lists, tensors numpy cannot take
+        return None
 
 
 def _infer_k(rep) -> int:

@@ -12,6 +12,13 @@ Counting is one ``np.bincount`` over flattened (sample, layer, expert) keys, in 
 samples so that the int64 count buffer stays bounded on production windows (N = 8192,
 L = 48, E = 256 is 100M counts). Every problem raises :class:`~rp_opt.errors.InputError`
 naming the sample, e.g. ``routing[3]: expert id 300 at token 17 layer 2 is outside [0, 256)``.
+
+A caller that fills in E or k itself (the :class:`~rp_opt.planner.Planner` takes them from
+its model spec when the call gives none) passes ``num_experts_from`` / ``top_k_from``, a
+few words saying where the value came from; every message that depends on it then says so
+(``... outside [0, 256) (E=256 from the model spec 'ling-tiny-like'; pass num_experts= if
+your model has another E)``), so an error never names a value the user did not give
+without saying whose it is.
 """
 
 from __future__ import annotations
@@ -67,19 +74,37 @@ def _as_int_array(value, field: str) -> np.ndarray:
     return array
 
 
-def _check_ids(ids: np.ndarray, num_experts: int, field: str, token_offset: np.ndarray | None = None,
-               sample_of: np.ndarray | None = None, token_of: np.ndarray | None = None) -> None:
+def experts_note(num_experts: int, source: str | None) -> str:
+    """`` (E=256 from SOURCE; pass num_experts= ...)`` for messages that depend on an E the
+    caller did not give (``source``: where it came from); empty when ``source`` is None."""
+    if source is None:
+        return ""
+    return f" (E={num_experts} from {source}; pass num_experts= if your model has another E)"
+
+
+def top_k_note(k: int | None, source: str | None) -> str:
+    """`` (k=8 from SOURCE; pass top_k= or lengths= ...)`` for messages that depend on a k the
+    caller did not give; empty when ``source`` is None."""
+    if source is None:
+        return ""
+    return f" (k={k} from {source}; pass top_k= or lengths= if your router differs)"
+
+
+def _check_ids(ids: np.ndarray, num_experts: int, field: str, sample_of: np.ndarray | None = None,
+               token_of: np.ndarray | None = None, num_experts_from: str | None = None) -> None:
     """Raise naming the first id outside [0, E); ``ids`` is [T, L, k] of one sample or a
-    flattened batch with the sample and token of every row."""
+    flattened batch with the sample and token of every row. ``num_experts_from``: where E
+    came from when the caller did not give it (said in the message)."""
     bad = (ids < 0) | (ids >= num_experts)
     if not bad.any():
         return
     row, layer, _ = np.argwhere(bad)[0]
     value = ids[row, layer][bad[row, layer]][0]
+    note = experts_note(num_experts, num_experts_from)
     if sample_of is None:
-        raise InputError(field, f"expert id {value} at token {row} layer {layer} is outside [0, {num_experts})")
+        raise InputError(field, f"expert id {value} at token {row} layer {layer} is outside [0, {num_experts}){note}")
     raise InputError(f"{field}[{sample_of[row]}]",
-                     f"expert id {value} at token {token_of[row]} layer {layer} is outside [0, {num_experts})")
+                     f"expert id {value} at token {token_of[row]} layer {layer} is outside [0, {num_experts}){note}")
 
 
 def _check_distinct(ids: np.ndarray, field: str, sample_of: np.ndarray | None = None,
@@ -138,7 +163,7 @@ def _chunks(num_samples: int, per_sample: int):
 
 
 def demand_from_samples(routing: Sequence, num_experts: int, num_layers: int | None = None,
-                        top_k: int | None = None) -> Replay:
+                        top_k: int | None = None, *, num_experts_from: str | None = None) -> Replay:
     """Demand from per-sample routing arrays [T_i, L, k].
 
     Parameters
@@ -150,6 +175,9 @@ def demand_from_samples(routing: Sequence, num_experts: int, num_layers: int | N
     num_layers, top_k
         Expected L and k, integers >= 1 (default: those of the first sample; every sample
         must agree).
+    num_experts_from
+        Where E came from when the caller did not give it (``"the model spec 'x'"``): an
+        id outside [0, E) then says so.
 
     Returns
     -------
@@ -180,10 +208,10 @@ def demand_from_samples(routing: Sequence, num_experts: int, num_layers: int | N
         require(ids.shape[1] == num_layers, f"routing[{i}]",
                 f"has {ids.shape[1]} layers, expected L={num_layers}")
         require(ids.shape[2] == top_k, f"routing[{i}]", f"has k={ids.shape[2]} experts per token, expected k={top_k}")
-        _check_ids(ids, num_experts, f"routing[{i}]")
+        _check_ids(ids, num_experts, f"routing[{i}]", num_experts_from=num_experts_from)
         _check_distinct(ids, f"routing[{i}]")
         arrays.append(ids)
-    _check_layers_k(num_layers, top_k, num_experts)
+    _check_layers_k(num_layers, top_k, num_experts, num_experts_from)
     lengths = np.array([a.shape[0] for a in arrays], dtype=np.int64)
     n = lengths.size
     demand = np.empty((n, num_layers, num_experts), dtype=np.uint32)
@@ -220,7 +248,7 @@ def _checked_mask(mask, b: int, s: int) -> np.ndarray:
 
 
 def demand_from_padded(routing, mask=None, num_experts: int | None = None,
-                       num_layers: int | None = None) -> Replay:
+                       num_layers: int | None = None, *, num_experts_from: str | None = None) -> Replay:
     """Demand from a padded batch [B, S, L, k] and its attention mask [B, S].
 
     Parameters
@@ -233,6 +261,8 @@ def demand_from_padded(routing, mask=None, num_experts: int | None = None,
         E, an integer >= 1.
     num_layers
         Expected L, an integer >= 1 (optional).
+    num_experts_from
+        Where E came from when the caller did not give it (said in the messages).
 
     Returns
     -------
@@ -247,7 +277,7 @@ def demand_from_padded(routing, mask=None, num_experts: int | None = None,
     require(b >= 1, "routing", "is empty: a window needs at least one sample")
     if num_layers is not None:
         require(num_layers_seen == num_layers, "routing", f"has {num_layers_seen} layers, expected L={num_layers}")
-    _check_layers_k(num_layers_seen, k, num_experts)
+    _check_layers_k(num_layers_seen, k, num_experts, num_experts_from)
     mask = _checked_mask(mask, b, s)
     lengths = mask.sum(axis=1).astype(np.int64)
     empty = np.flatnonzero(lengths == 0)
@@ -260,18 +290,31 @@ def demand_from_padded(routing, mask=None, num_experts: int | None = None,
         rows = slice(bounds[start], bounds[stop])
         sample, token = sample_all[rows], token_all[rows]
         chunk = ids[sample, token]  # [M, L, k]
-        _check_ids(chunk, num_experts, "routing", sample_of=sample, token_of=token)
+        _check_ids(chunk, num_experts, "routing", sample_of=sample, token_of=token,
+                   num_experts_from=num_experts_from)
         _check_distinct(chunk, "routing", sample_of=sample, token_of=token)
         _count(sample, chunk, stop - start, num_experts, demand, start)
     return Replay(lengths, compact_counts(demand), int(k))
 
 
 def demand_from_counts(counts, num_experts: int | None = None, num_layers: int | None = None,
-                       lengths=None, top_k: int | None = None) -> Replay:
+                       lengths=None, top_k: int | None = None, *, top_k_from: str | None = None,
+                       num_experts_from: str | None = None) -> Replay:
     """Validate precomputed counts a[N, L, E].
 
-    ``lengths`` default to sum_e a[i, 0, e] / k when ``top_k`` is given (a full replay routes
-    k T_i tokens per layer); otherwise they must be given.
+    ``lengths`` default to T_i = sum_e a[i, 0, e] / k when ``top_k`` is given (a full replay
+    routes k T_i tokens per layer); otherwise they must be given. Counts do not record k:
+    top-2 counts read with k = 8 give lengths 4x too small, and nothing in the counts can
+    always tell (below). Pass ``lengths`` whenever the trainer has them.
+
+    Derived lengths are checked against what k distinct experts per token allow: every
+    layer routes the same number S_i of tokens, S_i is a multiple of k, and no expert gets
+    more than T_i = S_i / k of them (a token visits an expert at most once). For one
+    layer these conditions are also sufficient (a T_i x E 0/1 matrix with row sums k and
+    column sums a[i,l,e] exists exactly when sum_e a = k T_i and every a <= T_i, by the
+    Gale-Ryser theorem), so counts that pass are the counts of some top-k routing: a wrong
+    k is caught only when an expert gets more than S_i / k tokens, which skewed routing
+    often does and uniform routing rarely does.
 
     Parameters
     ----------
@@ -283,6 +326,11 @@ def demand_from_counts(counts, num_experts: int | None = None, num_layers: int |
         T[N] (default: from the counts and ``top_k``).
     top_k
         k, an integer >= 1 (optional unless ``lengths`` is None).
+    top_k_from, num_experts_from
+        Where k and E came from when the caller did not give them (``"the model spec
+        'ling-tiny-like'"``): every message that depends on them says so. With
+        ``top_k_from`` and ``lengths``, the counts are also checked against k T_i (the
+        :class:`~rp_opt.window.Window` check, with the note).
 
     Returns
     -------
@@ -292,7 +340,9 @@ def demand_from_counts(counts, num_experts: int | None = None, num_layers: int |
     ------
     InputError
         A bad count (``top_k: must be an integer >= 1 or None, got 0``), counts of the
-        wrong shape, negative or uneven counts.
+        wrong shape, negative or uneven counts, counts no top-k routing of the derived
+        lengths gives (``counts[0]: expert 3 at layer 0 gets 40 of the 64 tokens routed per
+        layer, more than T_i = 64 / 8 = 8 ...``).
     """
     num_experts = integer("num_experts", num_experts, low=1, none=True)
     num_layers = integer("num_layers", num_layers, low=1, none=True)
@@ -303,7 +353,8 @@ def demand_from_counts(counts, num_experts: int | None = None, num_layers: int |
     require(counts.shape[1] >= 1 and counts.shape[2] >= 1, "counts",
             f"shape {counts.shape} has no layers or no experts")
     if num_experts is not None:
-        require(counts.shape[2] == num_experts, "counts", f"has {counts.shape[2]} experts, expected E={num_experts}")
+        require(counts.shape[2] == num_experts, "counts", f"has {counts.shape[2]} experts, expected E={num_experts}"
+                + experts_note(num_experts, num_experts_from))
     if num_layers is not None:
         require(counts.shape[1] == num_layers, "counts", f"has {counts.shape[1]} layers, expected L={num_layers}")
     if counts.dtype.kind in "iu" and counts.size:
@@ -312,6 +363,7 @@ def demand_from_counts(counts, num_experts: int | None = None, num_layers: int |
             i, l, e = neg[0]
             raise InputError(f"counts[{i}]", f"count {counts[i, l, e]} of expert {e} at layer {l} is negative")
     demand = compact_counts(counts, "counts")
+    note = top_k_note(top_k, top_k_from)
     if lengths is None:
         require(top_k is not None, "lengths", "are needed with precomputed counts unless top_k is given")
         per_layer = demand.sum(axis=2, dtype=np.int64)  # [N, L]
@@ -319,22 +371,57 @@ def demand_from_counts(counts, num_experts: int | None = None, num_layers: int |
         uneven = np.argwhere(per_layer != tokens[:, None])
         if uneven.size:
             i, l = uneven[0]
-            raise InputError(f"counts[{i}]", f"layer {l} routes {per_layer[i, l]} tokens, layer 0 routes {tokens[i]}")
+            raise InputError(f"counts[{i}]", f"layer {l} routes {per_layer[i, l]} tokens, layer 0 routes {tokens[i]}"
+                                             " (lengths from counts need a full replay: give lengths for a partial one)")
         odd = np.flatnonzero(tokens % top_k != 0)
         if odd.size:
-            raise InputError(f"counts[{odd[0]}]", f"routes {tokens[odd[0]]} tokens per layer, not a multiple of k={top_k}")
+            raise InputError(f"counts[{odd[0]}]",
+                             f"routes {tokens[odd[0]]} tokens per layer, not a multiple of k={top_k}{note}")
         empty = np.flatnonzero(tokens == 0)
         if empty.size:
             raise InputError(f"counts[{empty[0]}]", "routes no tokens; every sample needs >= 1 token "
                                                     "(give lengths for a partial replay)")
         lengths = tokens // top_k
+        _check_visits(demand, lengths, top_k, note)
     lengths = read_array(lengths, "lengths")
     require(lengths.shape == (counts.shape[0],), "lengths", f"must have shape ({counts.shape[0]},), got {lengths.shape}")
-    return Replay(checked_lengths(lengths), demand, top_k)
+    lengths = checked_lengths(lengths)
+    if top_k_from is not None and top_k is not None:
+        _check_routed(demand, lengths, top_k, note)
+    return Replay(lengths, demand, top_k)
+
+
+def _check_visits(demand: np.ndarray, lengths: np.ndarray, k: int, note: str) -> None:
+    """Lengths T_i = S_i / k derived from counts: no expert may get more than T_i tokens of
+    a sample at a layer (a token visits an expert at most once), else the counts come from
+    a router with fewer experts per token than k. One vectorised pass (max over experts)."""
+    most = demand.max(axis=2).astype(np.int64)  # [N, L]
+    bad = np.argwhere(most > lengths[:, None])
+    if not bad.size:
+        return
+    i, l = (int(x) for x in bad[0])
+    e, c, routed = int(np.argmax(demand[i, l])), int(most[i, l]), int(lengths[i]) * k
+    raise InputError(f"counts[{i}]", f"expert {e} at layer {l} gets {c} of the {routed} tokens routed per layer, "
+                                     f"more than T_i = {routed} / {k} = {int(lengths[i])}: a token picks an expert at "
+                                     f"most once, so these counts come from a router with k <= {routed // c}{note}")
+
+
+def _check_routed(demand: np.ndarray, lengths: np.ndarray, k: int, note: str) -> None:
+    """Given lengths and a k the caller did not give: no sample routes more than k T_i
+    tokens at a layer (what :meth:`rp_opt.window.Window.check_routing` checks, here with
+    the note saying where k came from)."""
+    routed = demand.sum(axis=2, dtype=np.int64)  # [N, L]
+    bad = np.argwhere(routed > k * lengths[:, None])
+    if not bad.size:
+        return
+    i, l = (int(x) for x in bad[0])
+    raise InputError(f"counts[{i}]", f"layer {l} routes {int(routed[i, l])} tokens, more than k x T_i = "
+                                     f"{k} x {int(lengths[i])} = {k * int(lengths[i])}{note}")
 
 
 def replay(routing, *, num_experts: int, mask=None, num_layers: int | None = None,
-           lengths=None, top_k: int | None = None) -> Replay:
+           lengths=None, top_k: int | None = None, top_k_from: str | None = None,
+           num_experts_from: str | None = None) -> Replay:
     """Demand counts from routing in any accepted form (module docstring).
 
     A 4-D array is a padded batch, a 3-D array with a 2-D ``mask`` too is not accepted (a
@@ -343,7 +430,9 @@ def replay(routing, *, num_experts: int, mask=None, num_layers: int | None = Non
 
     ``num_layers`` and ``top_k`` (optional) must be integers >= 1 whatever the form
     (:class:`~rp_opt.errors.InputError` naming the argument otherwise); a padded batch
-    takes its k from the ids and ignores ``top_k``.
+    takes its k from the ids and ignores ``top_k``. ``top_k_from`` and ``num_experts_from``
+    say where k and E came from when the caller did not give them
+    (:func:`demand_from_counts`).
     """
     num_layers = integer("num_layers", num_layers, low=1, none=True)
     top_k = integer("top_k", top_k, low=1, none=True)
@@ -351,13 +440,14 @@ def replay(routing, *, num_experts: int, mask=None, num_layers: int | None = Non
         return routing
     if isinstance(routing, (list, tuple)):
         require(mask is None, "mask", "is only used with a padded [B, S, L, k] batch")
-        return demand_from_samples(routing, num_experts, num_layers, top_k)
+        return demand_from_samples(routing, num_experts, num_layers, top_k, num_experts_from=num_experts_from)
     array = read_array(routing, "routing")
     if array.ndim == 4:
-        return demand_from_padded(array, mask, num_experts, num_layers)
+        return demand_from_padded(array, mask, num_experts, num_layers, num_experts_from=num_experts_from)
     if array.ndim == 3:
         require(mask is None, "mask", "is only used with a padded [B, S, L, k] batch")
-        return demand_from_counts(array, num_experts, num_layers, lengths, top_k)
+        return demand_from_counts(array, num_experts, num_layers, lengths, top_k, top_k_from=top_k_from,
+                                  num_experts_from=num_experts_from)
     raise InputError("routing", f"must be per-sample arrays [T_i, L, k], a padded batch [B, S, L, k] or counts "
                                 f"[N, L, E]; got an array of shape {array.shape}")
 
@@ -408,7 +498,8 @@ def infer_top_k(lengths: np.ndarray, demand: np.ndarray) -> int:
     return max(1, int(np.ceil((per_layer / np.asarray(lengths)[:, None]).max())))
 
 
-def _check_layers_k(num_layers: int, k: int, num_experts: int) -> None:
+def _check_layers_k(num_layers: int, k: int, num_experts: int, num_experts_from: str | None = None) -> None:
     require(num_layers >= 1, "routing", "has no layers")
-    require(1 <= k <= num_experts, "routing", f"has k={k} experts per token; needs 1 <= k <= E={num_experts}")
+    require(1 <= k <= num_experts, "routing", f"has k={k} experts per token; needs 1 <= k <= E={num_experts}"
+            + experts_note(num_experts, num_experts_from))
 

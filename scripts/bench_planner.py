@@ -5,7 +5,8 @@ slots, G = 8 EDP shards, P = 8 EP ranks, C = 32768 tokens, N = 1024 .. 8192 samp
 (rp_opt.synth). For every N, two consecutive steps are planned: step 0 cold, step 1 on the
 same samples with routing drifted by one policy update (the previous layout is a valid
 warm start). Reported per step: wall time of each phase (replay = validating the counts,
-certify = R*, warm_start = placement seed and warm-start plan, solve, migrate), the score against identity placement + FFD packing (what
+certify = R*, warm_start = placement seed and warm-start plan, solve, migrate, choose = scoring
+the plans that move nothing), the score against identity placement + FFD packing (what
 AReaL runs), the bound and gap, and the experts moved.
 
 Also measures the routing-replay adapter on per-sample ids [T_i, L, k] (tokens per second).
@@ -64,7 +65,7 @@ def bench(windows: list, gen_seconds: float, size: int, limit: float, mode: str)
             "R": step.num_rows, "r_star": step.r_star, "warm_start": step.warm_start,
             "timings": {key: round(v, 3) for key, v in step.timings.items()},
             "score": step.score[0], "baseline": base.score[0], "improvement": 1 - step.score[0] / base.score[0],
-            "bound": step.bound, "gap": step.gap, "moved": step.migration.num_transfers,
+            "bound": step.bound, "gap": step.gap, "decision": step.decision, "moved": step.migration.num_transfers,
             "moved_bytes": step.migration.total_bytes, "valid": report.valid, "generate_seconds": gen_seconds,
         })
         print(json.dumps(rows[-1]), flush=True)
@@ -92,14 +93,16 @@ def main() -> None:
 
 def markdown(rows: list[dict]) -> str:
     """The table of docs/trainer.md."""
-    keys = ("replay", "certify", "warm_start", "solve", "migrate", "total")
-    lines = ["| N | limit (s) | step | warm start | R* | " + " | ".join(keys) + " | vs identity+FFD | gap | experts moved |",
-             "|" + "---|" * (8 + len(keys))]
+    keys = ("replay", "certify", "warm_start", "solve", "migrate", "choose", "total")
+    lines = ["| N | limit (s) | step | warm start | R* | " + " | ".join(keys)
+             + " | plan returned | vs identity+FFD | gap | experts moved |",
+             "|" + "---|" * (9 + len(keys))]
     for r in rows:
         t = r["timings"]
         lines.append(f"| {r['N']} | {r['limit']:g} | {r['step']} | {r['warm_start'] or 'none'} | {r['r_star']} | "
                      + " | ".join(f"{t.get(k, 0.0):.2f}" for k in keys)
-                     + f" | {-100 * r['improvement']:+.1f} % | {100 * r['gap']:.1f} % | {r['moved']} |")
+                     + f" | {r.get('decision', 'new')} | {-100 * r['improvement']:+.1f} % | {100 * r['gap']:.1f} % | "
+                     f"{r['moved']} |")
     return "\n".join(lines)
 
 

@@ -46,7 +46,10 @@ for step in range(2):
     tokens = np.array([[sum(len(routing[i]) for i in cell) for cell in row] for row in plan.rows])
     assert tokens.max() <= cluster.capacity
 
-    print(f"step {step}: {plan.solver} {plan.status}, R={plan.num_rows} (R*={plan.r_star}), "
-          f"score {plan.score[0]:.4g}, bound {plan.bound:.4g}, gap {100 * plan.gap:.2f} %, "
-          f"{moved} experts moved in {plan.migration.num_rounds} rounds, "
+    # plan.engine: the solver mode auto ran; plan.decision: the solver's plan ("new"), or
+    # one that moves nothing and scores no worse ("previous", "placement"); bound and gap
+    # are those of the plan returned
+    print(f"step {step}: {plan.solver} ({plan.engine}) {plan.status}, {plan.decision} plan, "
+          f"R={plan.num_rows} (R*={plan.r_star}), score {plan.score[0]:.4g}, bound {plan.bound:.4g}, "
+          f"gap {100 * plan.gap:.2f} %, {moved} experts moved in {plan.migration.num_rounds} rounds, "
           f"planned in {plan.timings['total']:.2f} s, warm start: {plan.warm_start}")

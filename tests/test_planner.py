@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -298,7 +299,8 @@ def test_solver_without_a_plan_is_one_line_with_its_reason():
 
 def test_example_script_runs_as_written():
     """scripts/example_trainer.py is the README's "Use it in a trainer" example, and
-    README.md and docs/trainer.md show it verbatim."""
+    README.md and docs/trainer.md show it verbatim; its lines name the solver auto ran
+    (step.engine; they printed only `auto`) and the plan it returned."""
     script = open(os.path.join(ROOT, "scripts", "example_trainer.py")).read().rstrip("\n")
     for doc in ("README.md", os.path.join("docs", "trainer.md")):
         assert "```python\n" + script + "\n```" in open(os.path.join(ROOT, doc)).read(), doc
@@ -308,6 +310,9 @@ def test_example_script_runs_as_written():
     lines = out.stdout.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == ["step 0", "step 1"]
     assert "warm start: placement" in lines[1]
+    # mode auto says which of its solvers ran, and which plan came back
+    assert all(re.match(r"step \d: auto \((heuristic|exact)\) (optimal|feasible), (new|previous|placement) plan, ",
+                        line) for line in lines), lines
 
 
 def test_cost_file_under_any_name(tmp_path):

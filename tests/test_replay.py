@@ -260,7 +260,9 @@ def ragged_routing(draw):
 @given(ragged_routing())
 def test_forms_agree_with_a_direct_count(data):
     """Per-sample, padded (garbage in padding, random alignment) and counts all give the
-    counts of a direct loop, and sum_e a[i,l,e] = k T_i."""
+    counts of a direct loop, and sum_e a[i,l,e] = k T_i. The checks on counts read with a
+    k the caller did not give (a model spec's: no expert above T_i = S_i / k, at most k T_i
+    ids with given lengths) pass every real top-k routing."""
     routing, experts = data
     n, layers, k = len(routing), routing[0].shape[1], routing[0].shape[2]
     direct = np.zeros((n, layers, experts), dtype=np.int64)
@@ -281,6 +283,10 @@ def test_forms_agree_with_a_direct_count(data):
         mask[i, shift:shift + r.shape[0]] = 1
     assert np.array_equal(demand_from_padded(padded, mask, experts).demand, direct)
     assert np.array_equal(demand_from_counts(direct, top_k=k).lengths, rep.lengths)
+    spec = "the model spec 'test'"
+    assert np.array_equal(demand_from_counts(direct, top_k=k, top_k_from=spec).lengths, rep.lengths)
+    assert np.array_equal(demand_from_counts(direct, lengths=rep.lengths, top_k=k, top_k_from=spec).lengths,
+                          rep.lengths)
 
 
 @pytest.mark.parametrize("slice_keys", [None, 5, 40])
