@@ -379,3 +379,9 @@ def test_gen_warns_when_fewer_samples_than_slots(capsys, tmp_path):
     assert main(GEN + ["-o", str(tmp_path / "w16.npz"), "--json"]) == 0
     captured = capsys.readouterr()
     assert "warning" not in json.loads(captured.out) and "warning" not in captured.err
+
+
+def test_bench_with_an_empty_ray_address_is_an_error(capsys):
+    """``--ray ""`` names no cluster: a one-line error on --ray, not a quiet local run."""
+    message = _error(capsys, ["bench", "tiny", "--ray", "", "--limit", "1", "--solvers", "baseline"])
+    assert message.startswith("error: --ray:")

@@ -58,7 +58,7 @@ def run(args) -> int:
     from ._common import emit_json, table
 
     get_objective(args.objective)
-    if args.ray:
+    if args.ray is not None:  # --ray "" is an error, not a quiet local run
         check_ray_address(args.ray)
     total = len(tasks_from_args(args))  # validates the arguments before anything runs
     for flag, folder in (("--out", args.out), ("--img", args.img)):
