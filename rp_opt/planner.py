@@ -175,8 +175,11 @@ class StepPlan:
         return float(self.timings.get("total", 0.0))
 
     def to_dict(self) -> dict:
-        """Plan-file form plus the step's figures (JSON-ready)."""
-        out = self.plan.to_dict()
+        """Plan-file form (with the window's fingerprint, :func:`rp_opt.io.plan_to_dict`)
+        plus the step's figures (JSON-ready)."""
+        from .io import plan_to_dict
+
+        out = plan_to_dict(self.plan, self.instance)
         out.update({
             "step": self.step, "status": self.status, "solver": self.solver, "engine": self.engine,
             "bound": self.bound, "bound_scope": self.bound_scope, "gap": self.gap, "r_star": self.r_star,

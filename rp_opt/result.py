@@ -29,6 +29,9 @@ class Plan:
     score: tuple[float, ...]
     stats: dict = field(default_factory=dict, compare=False)
 
+    # == compares placement, layout, objective and score (by content); like them, unhashable
+    __hash__ = None
+
     @property
     def num_rows(self) -> int:
         return self.layout.num_rows

@@ -385,3 +385,29 @@ def test_bench_with_an_empty_ray_address_is_an_error(capsys):
     """``--ray ""`` names no cluster: a one-line error on --ray, not a quiet local run."""
     message = _error(capsys, ["bench", "tiny", "--ray", "", "--limit", "1", "--solvers", "baseline"])
     assert message.startswith("error: --ray:")
+
+
+def test_exports_and_step_plans_carry_the_fingerprint(files, capsys, tmp_path):
+    """``export`` writes a plan file too (PREFIX.json): it carries the window's fingerprint,
+    so reading it against another window is refused like any plan file; a Planner step's
+    ``to_dict()`` (what a trainer would save) carries it as well. A Plan compares by
+    content and is unhashable, naming itself."""
+    ours = _fingerprint(files["w16"])
+    prefix = str(tmp_path / "ex")
+    assert main(["export", files["w16"], files["plan"], "-o", prefix, "--json"]) == 0
+    with open(prefix + ".json") as handle:
+        assert json.load(handle)["window_fingerprint"] == ours
+    message = _error(capsys, ["eval", files["w16b"], prefix + ".json"])
+    assert "plan was made for another window" in message
+
+    from rp_opt import Planner
+    from rp_opt.io import load_plan, window_fingerprint
+
+    instance = load_instance(files["w16"])
+    step = Planner(instance.cluster, instance.cost, mode="baseline", time_limit=1.0).plan(
+        lengths=instance.window.lengths, routing=np.array(instance.window.demand), top_k=instance.window.top_k)
+    assert step.to_dict()["window_fingerprint"] == window_fingerprint(step.instance.window)
+    plan = load_plan(files["plan"], instance)
+    assert plan == load_plan(files["plan"], instance)
+    with pytest.raises(TypeError, match="unhashable type: 'Plan'"):
+        hash(plan)

@@ -9,7 +9,7 @@ import zlib
 import numpy as np
 
 from ..errors import InputError, require
-from ..io import plan_from_dict, read_plan_file
+from ..io import FINGERPRINT_KEY, plan_from_dict, read_plan_file, window_fingerprint
 from ._common import (add_json, check_output, check_plan_data, emit_json, open_instance, require_same_window,
                       write_output)
 
@@ -93,7 +93,9 @@ def run(args) -> int:
                                    "--previous", f"{args.previous}: phy2log ")
     written: list[str] = []
     # a write that fails after the checks (disk full) is one line, and the summary still prints
-    error = write_output(lambda prefix: written.extend(export_plan(plan, prefix, previous)), args.output)
+    # the export is a plan file too: stamped with its window, as plan -o writes them
+    stamp = {FINGERPRINT_KEY: window_fingerprint(instance.window)}
+    error = write_output(lambda prefix: written.extend(export_plan(plan, prefix, previous, stamp)), args.output)
     json_path, npz_path = written if not error else (None, None)
     out = {"valid": True, "json": json_path, "npz": npz_path, "num_rows": plan.num_rows,
            "num_layers": plan.placement.num_layers, "num_experts": plan.placement.num_experts,
