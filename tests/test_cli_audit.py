@@ -411,3 +411,12 @@ def test_exports_and_step_plans_carry_the_fingerprint(files, capsys, tmp_path):
     assert plan == load_plan(files["plan"], instance)
     with pytest.raises(TypeError, match="unhashable type: 'Plan'"):
         hash(plan)
+
+
+def test_place_rows_summary_names_its_bound(files, capsys):
+    """``place --objective rows``: the summary's bound is the objective's (per-layer sums of
+    the busiest rank per (row, shard)), so it is shown with the objective's values, not
+    beside the aggregate load it could exceed."""
+    assert main(["place", files["w16"], "--method", "exact", "--objective", "rows", "--time-limit", "2"]) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("sum_l max_p L[l,p]")][0]
+    assert "rows: sum of values" in line and "sum of bounds" in line
