@@ -504,6 +504,10 @@ class Planner:
         result = solver(instance, objective=self.objective, time_limit=remaining, seed=self.seed,
                         warm_start=warm, **options)
         timings["solve"] = time.perf_counter() - t
+        if isinstance(result.stats, dict) and result.stats.get("interrupted"):
+            # the solver kept its best plan on Ctrl-C (what the command line wants); a
+            # training loop wants to stop: the step is not committed
+            raise KeyboardInterrupt(f"planner step {self.step} interrupted (Ctrl-C during the solve)")
         if result.plan is None:
             raise InputError("window", f"solver {result.solver} returned no plan (status {result.status_text()})")
 

@@ -123,6 +123,8 @@ class Result:
             lines.append(f"  bound     {self.bound:.6g}" + (f" ({'; '.join(notes)})" if notes else ""))
         if self.gap is not None:
             lines.append(f"  gap       {100 * self.gap:.4f} %")
+        if isinstance(self.stats, dict) and self.stats.get("interrupted"):
+            lines.append("  interrupted (Ctrl-C): the best plan found until then")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:

@@ -121,8 +121,57 @@ def test_fixed_schedule_ignores_the_time_limit():
                                           report_baseline=False)
         assert_checked(inst, result)
         assert "greedy" in result.stats["seeds"], result.stats["seeds"]
+        assert result.stats["temperatures"] == 3  # the schedule's N steps, not N + 1
         runs.append(result.plan.layout.cell_of)
     np.testing.assert_array_equal(runs[0], runs[1])
+
+
+def _interrupt_at(monkeypatch, where: str, nth: int) -> list:
+    """Make the ``nth`` shared-memory creation (``where="segment"``: right after the segment
+    exists, before its creator holds it) or the ``nth`` join of a worker process
+    (``"join"``) raise KeyboardInterrupt, as a Ctrl-C landing there does; returns the names
+    of the segments created."""
+    import multiprocessing.process
+    from multiprocessing import shared_memory
+
+    made, joins = [], []
+    init, join = shared_memory.SharedMemory.__init__, multiprocessing.process.BaseProcess.join
+
+    def segment(self, name=None, create=False, size=0, **kwargs):
+        init(self, name=name, create=create, size=size, **kwargs)
+        if create:
+            made.append(self.name)
+            if where == "segment" and len(made) == nth:
+                raise KeyboardInterrupt
+
+    def joining(self, timeout=None):
+        joins.append(1)
+        if where == "join" and len(joins) == nth:
+            raise KeyboardInterrupt
+        return join(self, timeout)
+
+    monkeypatch.setattr(shared_memory.SharedMemory, "__init__", segment)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "join", joining)
+    return made
+
+
+@pytest.mark.parametrize("where,nth", [("segment", 1), ("segment", 5), ("segment", 12), ("join", 1), ("join", 2)])
+def test_ctrl_c_anywhere_leaves_no_worker_or_shared_memory(monkeypatch, where, nth):
+    """A Ctrl-C that lands while the heuristic creates its shared arrays (anneal or parallel
+    search) or joins its worker processes: the run still returns a checked plan, marked
+    interrupted, and leaves no live worker and no linked shared-memory segment."""
+    import multiprocessing
+    import os
+
+    inst = small(samples=48)
+    made = _interrupt_at(monkeypatch, where, nth)
+    result = get_solver("heuristic")(inst, objective="sync", time_limit=1.0, seed=0, workers=2,
+                                      search_workers=2, anneal_share=0.3, report_baseline=False)
+    monkeypatch.undo()
+    assert_checked(inst, result)
+    assert result.stats["interrupted"] is True
+    assert made and not [n for n in made if os.path.exists("/dev/shm/" + n.lstrip("/"))]
+    assert multiprocessing.active_children() == []
 
 
 def test_warm_start_never_worse_and_improves_baseline():

@@ -326,3 +326,22 @@ def test_cost_file_under_any_name(tmp_path):
     assert load_cost(str(path)) == (model, None)
     loaded, spec = load_cost("ling-tiny-like")
     assert loaded is None and spec.name == "ling-tiny-like"
+
+
+def test_ctrl_c_during_a_step_stops_the_loop(monkeypatch):
+    """A Ctrl-C while a step plans (here: as the heuristic creates its shared arrays) raises
+    KeyboardInterrupt from plan(), as it would anywhere in a training loop, and the step is
+    not committed: the placement in force and the step counter stay."""
+    from test_anneal import _interrupt_at, small
+
+    inst = small(samples=48)
+    planner = Planner(inst.cluster, inst.cost, mode="heuristic", time_limit=1.0,
+                      solver_options={"workers": 2, "search_workers": 2})
+    before = planner.current_placement
+    _interrupt_at(monkeypatch, "segment", 1)
+    with pytest.raises(KeyboardInterrupt):
+        planner.plan(lengths=inst.window.lengths, routing=np.array(inst.window.demand), top_k=inst.window.top_k)
+    monkeypatch.undo()
+    assert planner.step == 0 and planner.current_placement == before
+    checked(planner.plan(lengths=inst.window.lengths, routing=np.array(inst.window.demand), top_k=inst.window.top_k))
+    assert planner.step == 1

@@ -198,26 +198,25 @@ class State:
         self.num_replicas = num_replicas
         self._shm = []
         n = problem.lengths.size
-        for name, (shape_of, dtype) in _FIELDS.items():
-            shape = (num_replicas,) + shape_of(problem, n)
-            if shared:
-                from multiprocessing import shared_memory
-                size = max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize)
-                shm = shared_memory.SharedMemory(create=True, size=size)
-                self._shm.append(shm)
-                array = np.ndarray(shape, dtype=dtype, buffer=shm.buf)
-                array[...] = 0
-            else:
-                array = np.zeros(shape, dtype=dtype)
-            setattr(self, name, array)
+        try:
+            for name, (shape_of, dtype) in _FIELDS.items():
+                shape = (num_replicas,) + shape_of(problem, n)
+                if shared:
+                    shm = new_segment(int(np.prod(shape)) * np.dtype(dtype).itemsize)
+                    self._shm.append(shm)
+                    array = np.ndarray(shape, dtype=dtype, buffer=shm.buf)
+                    array[...] = 0
+                else:
+                    array = np.zeros(shape, dtype=dtype)
+                setattr(self, name, array)
+        except BaseException:  # Ctrl-C or no memory half way: no segment outlives the failure
+            self.close()
+            raise
 
     def close(self):
         for name in _FIELDS:
             setattr(self, name, None)
-        for shm in self._shm:
-            shm.close()
-            shm.unlink()
-        self._shm = []
+        release(self._shm)
 
     def permute(self, index: np.ndarray):
         """Replica k becomes the old replica index[k] (resampling), in place."""
@@ -384,17 +383,70 @@ _WORKER: dict = {}
 
 def stop_workers(conns, procs) -> None:
     """Tell worker processes to stop (``None`` on their pipe), then join them (terminate
-    after 5 s); a worker that already died is skipped."""
+    after 5 s); a worker that already died is skipped. A Ctrl-C in the middle does not
+    leave a worker behind: every worker is still stopped (terminated, if need be), and the
+    KeyboardInterrupt is raised at the end."""
+    pending = None
     for conn in conns:
         try:
             conn.send(None)
             conn.close()
         except (BrokenPipeError, OSError):
             pass
+        except KeyboardInterrupt as exc:
+            pending = exc
     for proc in procs:
-        proc.join(timeout=5)
+        try:
+            proc.join(timeout=5 if pending is None else 0.5)
+        except KeyboardInterrupt as exc:
+            pending = exc
         if proc.is_alive():
             proc.terminate()
+            proc.join(timeout=1)
+    if pending is not None:
+        raise pending
+
+
+def new_segment(size: int):
+    """A new shared-memory segment of ``size`` bytes (>= 1) under a name chosen here, so that
+    a Ctrl-C that lands inside its creation (after the segment exists, before the caller
+    holds it) can still unlink it. The name is short: macOS allows 30 characters."""
+    import secrets
+    from multiprocessing import shared_memory
+
+    name = f"rp{os.getpid() % 10 ** 6}_{secrets.token_hex(6)}"
+    try:
+        return shared_memory.SharedMemory(name=name, create=True, size=max(1, int(size)))
+    except BaseException:
+        try:
+            orphan = shared_memory.SharedMemory(name=name)
+            orphan.close()
+            orphan.unlink()
+        except (FileNotFoundError, OSError, ValueError):
+            pass  # it was never made
+        raise
+
+
+def release(segments: list) -> None:
+    """Close and unlink shared-memory ``segments`` (all of them, whatever happens to one:
+    a segment left linked outlives the process until Python's resource tracker notices)."""
+    pending = None
+    for shm in segments:
+        try:
+            shm.close()
+        except BufferError:  # an array still views it: unlinking below frees the name
+            pass
+        except KeyboardInterrupt as exc:
+            pending = exc
+        try:
+            shm.unlink()
+        except FileNotFoundError:
+            pass
+        except KeyboardInterrupt as exc:
+            pending = exc
+    segments.clear()
+    if pending is not None:
+        raise pending
 
 
 def quiet_worker() -> None:
@@ -460,13 +512,17 @@ class Pool:
         self.conns, self.procs = [], []
         if workers > 1:
             ctx = mp.get_context("fork")
-            for k0, k1 in self.blocks[1:]:
-                parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_worker_loop, args=(child, problem, state, k0, k1), daemon=True)
-                proc.start()
-                child.close()
-                self.conns.append(parent)
-                self.procs.append(proc)
+            try:
+                for k0, k1 in self.blocks[1:]:
+                    parent, child = ctx.Pipe()
+                    proc = ctx.Process(target=_worker_loop, args=(child, problem, state, k0, k1), daemon=True)
+                    proc.start()
+                    child.close()
+                    self.conns.append(parent)
+                    self.procs.append(proc)
+            except BaseException:  # Ctrl-C while starting them: stop the ones started
+                self.close()
+                raise
 
     def run(self, temperature: float, steps: int, seed: int, step_index: int, candidates: int) -> int:
         for b, conn in enumerate(self.conns, start=1):
@@ -509,7 +565,7 @@ def anneal(problem: Problem, starts: list[np.ndarray], *, replicas: int = 32, wo
     The temperature falls geometrically from ``t_start`` (default: from the spread of the
     energy changes of a probe batch) to ``t_start * t_ratio``; progress is the share of
     ``time_limit`` spent when one is given, else the share of ``temperatures`` done.
-    ``stop`` is checked after every temperature step with the best energy. Ctrl-C
+    ``stop`` is checked before every temperature step with the best energy. Ctrl-C
     (KeyboardInterrupt) ends the run with the best layout so far (``stats.interrupted``).
     """
     started = time.perf_counter()
@@ -538,7 +594,8 @@ def anneal(problem: Problem, starts: list[np.ndarray], *, replicas: int = 32, wo
         beta_old = 1.0 / t_start
         step = 0
         try:
-            while True:
+            # checked before every step, so MaxIterations(N) runs N steps (the schedule's N)
+            while not stop(best_energy):
                 if time_limit is not None:
                     progress = (time.perf_counter() - started) / max(time_limit, 1e-9)
                 else:
@@ -563,17 +620,17 @@ def anneal(problem: Problem, starts: list[np.ndarray], *, replicas: int = 32, wo
                 k = int(np.argmin(state.energy))
                 if state.energy[k] < best_energy:
                     best_energy, best = float(state.energy[k]), state.cell_of[k].astype(np.int64)
-                if stop(best_energy):
-                    break
         except KeyboardInterrupt:  # Ctrl-C: keep the best layout so far (the workers ignore it)
             stats.interrupted = True
         stats.temperatures = step
         stats.seconds = time.perf_counter() - started
         return best, best_energy, stats
     finally:
-        if pool is not None:
-            pool.close()
-        state.close()
+        try:
+            if pool is not None:
+                pool.close()
+        finally:
+            state.close()
 
 
 # ---------------------------------------------------------------------------------------
@@ -1086,19 +1143,19 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         # then the block-pair search from the anneal's best (intensification); another round
         # only when the search stopped at a local optimum with time left
         if skip_anneal and best is None:
-            state = State(problem, len(starts))
-            load_layouts(problem, state, range(len(starts)), starts)
-            k = int(np.argmin(state.energy))
-            found, energy = np.asarray(starts[k], dtype=np.int64), float(state.energy[k])
-            astats = AnnealStats(start_energies=state.energy.tolist())
-            state.close()
+            found, energy, astats = _best_start(problem, starts)
         else:
-            found, energy, astats = anneal(
-                problem, starts if best is None else [best] + starts, replicas=replicas, workers=workers,
-                seed=int(seed) + 1000 * rounds, stop=stop, time_limit=run_limit,
-                temperatures=int(options.get("temperatures") or 60),
-                steps_per_temperature=int(options.get("steps_per_temperature", 20)),
-                candidates=int(options.get("candidates", 4)))
+            try:
+                found, energy, astats = anneal(
+                    problem, starts if best is None else [best] + starts, replicas=replicas, workers=workers,
+                    seed=int(seed) + 1000 * rounds, stop=stop, time_limit=run_limit,
+                    temperatures=int(options.get("temperatures") or 60),
+                    steps_per_temperature=int(options.get("steps_per_temperature", 20)),
+                    candidates=int(options.get("candidates", 4)))
+            except KeyboardInterrupt:
+                # Ctrl-C outside the anneal's own loop (its set-up or teardown): the best start
+                found, energy, astats = _best_start(problem, starts if best is None else [best] + starts)
+                astats.interrupted = True
         timings["anneal"] += astats.seconds
         if seed_energy is None:
             seed_energy = dict(zip(names, astats.start_energies or []))
@@ -1116,13 +1173,17 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
             break
         t = time.perf_counter()
         evals = (options.get("search_evaluations") or 200) if deterministic else options.get("search_evaluations")
-        found, energy, search_stats = search_layout(
-            problem, best, deadline=deadline, max_evaluations=evals, seed=int(seed) + 1000 * rounds,
-            cap=options.get("search_cap"), surrogate=float(options.get("surrogate", 0.05)),
-            screen=options.get("search_screen", 32), workers=int(search_workers))
+        try:
+            found, energy, search_stats = search_layout(
+                problem, best, deadline=deadline, max_evaluations=evals, seed=int(seed) + 1000 * rounds,
+                cap=options.get("search_cap"), surrogate=float(options.get("surrogate", 0.05)),
+                screen=options.get("search_screen", 32), workers=int(search_workers))
+        except KeyboardInterrupt:  # outside the search's own loop (its set-up or teardown): the anneal's best
+            found, energy, search_stats = best, best_energy, {"interrupted": True}
         if energy <= best_energy:
             best, best_energy = found, energy
-        best, best_energy = _arrange_after_search(problem, best, best_energy, options, search_stats)
+        if not search_stats.get("interrupted"):
+            best, best_energy = _arrange_after_search(problem, best, best_energy, options, search_stats)
         if deadline is not None:
             # a search returns after its deadline by its last block pair and its own teardown;
             # the refinement's search ends that much earlier
@@ -1227,6 +1288,19 @@ def improvement(baseline: float, value: float) -> float | None:
     if baseline == 0:
         return 0.0 if value == 0 else None
     return (baseline - value) / baseline
+
+
+def _best_start(problem: Problem, starts: list) -> tuple[np.ndarray, float, AnnealStats]:
+    """(layout, energy, stats) of the best of ``starts``, by one evaluation of each (no
+    anneal: ``skip_anneal``, or a Ctrl-C before the anneal had a state of its own)."""
+    state = State(problem, len(starts))
+    try:
+        load_layouts(problem, state, range(len(starts)), starts)
+        k = int(np.argmin(state.energy))
+        return np.asarray(starts[k], dtype=np.int64), float(state.energy[k]), \
+            AnnealStats(start_energies=state.energy.tolist())
+    finally:
+        state.close()
 
 
 def _arrange_after_search(problem: Problem, layout: np.ndarray, energy: float, options: dict,

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .anneal import Problem, State, load_layouts, stop_workers, worker_tasks
+from .anneal import Problem, State, load_layouts, new_segment, release, stop_workers, worker_tasks
 
 
 def _groups(problem: Problem, axis: int, block: int) -> tuple[int, int]:
@@ -538,38 +538,39 @@ class ParallelSearch:
     """
 
     def __init__(self, problems: dict, start: np.ndarray, workers: int, cap=None, screen=None):
-        from multiprocessing import shared_memory
-
         self.problems = problems
         self.workers = workers
-        p = problems["run"]
-        self.search = BlockSearch(p, start, cap=cap, screen=screen)
-        st = self.search.state
-        self._shm = []
-        # two buffers of published states: round k writes buffer k mod 2 and reads the other
-        self.published = [[], []]
-        for buffer in self.published:
-            for _ in range(workers):
-                arrays = {}
-                for name in _SHARED:
-                    like = getattr(st, name)[0]
-                    shm = shared_memory.SharedMemory(create=True, size=max(1, like.nbytes))
-                    self._shm.append(shm)
-                    arrays[name] = np.ndarray(like.shape, dtype=like.dtype, buffer=shm.buf)
-                    arrays[name][...] = like
-                buffer.append(arrays)
+        self.search, self._shm, self.published = None, [], [[], []]
+        self.conns, self.procs = [], []
         self.last = 0  # the buffer holding the latest round's states
         self.owner_of_row = None
-        self.conns, self.procs = [], []
-        ctx = mp.get_context("fork")
-        for w in range(1, workers):
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_search_worker, args=(child, self.search, problems, self.published, w),
-                               daemon=True)
-            proc.start()
-            child.close()
-            self.conns.append(parent)
-            self.procs.append(proc)
+        try:
+            p = problems["run"]
+            self.search = BlockSearch(p, start, cap=cap, screen=screen)
+            st = self.search.state
+            # two buffers of published states: round k writes buffer k mod 2 and reads the other
+            for buffer in self.published:
+                for _ in range(workers):
+                    arrays = {}
+                    for name in _SHARED:
+                        like = getattr(st, name)[0]
+                        shm = new_segment(like.nbytes)
+                        self._shm.append(shm)
+                        arrays[name] = np.ndarray(like.shape, dtype=like.dtype, buffer=shm.buf)
+                        arrays[name][...] = like
+                    buffer.append(arrays)
+            ctx = mp.get_context("fork")
+            for w in range(1, workers):
+                parent, child = ctx.Pipe()
+                proc = ctx.Process(target=_search_worker, args=(child, self.search, problems, self.published, w),
+                                   daemon=True)
+                proc.start()
+                child.close()
+                self.conns.append(parent)
+                self.procs.append(proc)
+        except BaseException:  # Ctrl-C or no memory half way: stop what started, free what was made
+            self.close()
+            raise
 
     @property
     def current(self) -> np.ndarray:
@@ -625,10 +626,14 @@ class ParallelSearch:
         return merged
 
     def close(self):
-        stop_workers(self.conns, self.procs)
-        self.search.close()
-        self.published = []
-        for shm in self._shm:
-            shm.close()
-            shm.unlink()
-        self._shm = []
+        """Stop the workers and free the shared memory, even when Ctrl-C comes in between
+        (it is raised again at the end)."""
+        try:
+            stop_workers(self.conns, self.procs)
+        finally:
+            try:
+                if self.search is not None:
+                    self.search.close()
+            finally:
+                self.published = []
+                release(self._shm)
