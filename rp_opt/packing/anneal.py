@@ -417,6 +417,8 @@ def new_segment(size: int):
     name = f"rp{os.getpid() % 10 ** 6}_{secrets.token_hex(6)}"
     try:
         return shared_memory.SharedMemory(name=name, create=True, size=max(1, int(size)))
+    except FileExistsError:  # another's segment (48 random bits: not ours to unlink)
+        raise
     except BaseException:
         try:
             orphan = shared_memory.SharedMemory(name=name)
