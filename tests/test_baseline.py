@@ -132,3 +132,20 @@ def test_baseline_says_it_ignores_a_warm_start():
     assert check(inst, warm.plan).valid
     assert warm.score == plain.score and "warm_start" not in plain.stats
     assert warm.stats["warm_start"].startswith("ignored")
+
+
+def test_kk_says_why_it_took_more_rows():
+    """Lengths 6, 5, 3, 5, 4, 12, 12 with C = 12, D = 4: R* = 1 ({12}, {12}, {6, 5},
+    {3, 5, 4}), but Karmarkar-Karp's balanced 4 bins break C beyond repair; its second row
+    would need 8 cells for 7 samples. ``no_solution`` says so, and that no layout existing
+    is not claimed. (Found by the brute-force stress test.)"""
+    lengths = np.array([6, 5, 3, 5, 4, 12, 12])
+    demand = np.zeros((7, 1, 4), dtype=np.int64)
+    demand[:, 0, 0] = lengths
+    inst = Instance(Window(lengths, demand, 1), Cluster(4, 1, 1, 12),
+                    CostModel((Stage("lin", 1, 2.5, 0.0), Stage("soft", 1, 0.5, 0.02)), 0.01))
+    res = get_solver("kk")(inst, objective="shard")
+    assert res.status == "no_solution" and res.plan is None
+    assert "layout of 1 row broke the capacity C=12" in res.stats["reason"]
+    assert "no claim that no layout exists" in res.stats["reason"]
+    assert check(inst, get_solver("baseline")(inst, objective="shard").plan).valid  # ffd fits one row

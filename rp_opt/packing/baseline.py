@@ -162,8 +162,12 @@ def pack(instance: Instance, rule: str = "ffd", num_rows: int | None = None) -> 
     extra = 0
     while True:
         if (rows + extra) * cluster.dp > window.num_samples:
+            tried = f"{rows} row{'s' if rows != 1 else ''}" if extra == 1 else f"{rows}-{rows + extra - 1} rows"
+            why = f"its layout of {tried} broke the capacity C={cluster.capacity} (or m) beyond repair, and " \
+                if extra else ""
             raise InputError("window", f"{rule} cannot fill {(rows + extra) * cluster.dp} cells with "
-                                       f"{window.num_samples} samples")
+                                       f"{window.num_samples} samples ({why}every cell needs a sample; the "
+                                       f"rule fails, no claim that no layout exists)")
         bin_of = _RULES[rule](instance, (rows + extra) * cluster.dp)
         if bin_of is not None:
             break
