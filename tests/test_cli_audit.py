@@ -420,3 +420,11 @@ def test_place_rows_summary_names_its_bound(files, capsys):
     assert main(["place", files["w16"], "--method", "exact", "--objective", "rows", "--time-limit", "2"]) == 0
     line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("sum_l max_p L[l,p]")][0]
     assert "rows: sum of values" in line and "sum of bounds" in line
+
+
+def test_a_repeated_option_is_an_error(files, capsys):
+    """``--option backend=highs --option backend=cpsat``: which one was meant is not the
+    command's to guess (it kept the last in silence): one line naming --option."""
+    message = _error(capsys, ["plan", files["w16"], "--solver", "exact", "--time-limit", "1",
+                              "--option", "backend=highs", "--option", "backend=cpsat"])
+    assert message.startswith("error: --option:") and "backend is given twice" in message

@@ -40,8 +40,9 @@ FLAG_OPTIONS = {"seed": "--seed", "time_limit": "--time-limit", "objective": "--
 def parse_options(items: list[str]) -> dict:
     """``["refine=true", "replicas=16"]`` -> ``{"refine": True, "replicas": 16}``.
 
-    :class:`~rp_opt.errors.InputError` on ``--option`` for an item that is not KEY=VALUE
-    or names an argument that has its own flag (``seed=3``: use ``--seed``).
+    :class:`~rp_opt.errors.InputError` on ``--option`` for an item that is not KEY=VALUE,
+    names an argument that has its own flag (``seed=3``: use ``--seed``), or repeats a key
+    (which of two values was meant is not for the command to guess).
     """
     import json
 
@@ -54,6 +55,9 @@ def parse_options(items: list[str]) -> dict:
             raise InputError("--option", f"must be KEY=VALUE, got {item!r}")
         if key.strip() in FLAG_OPTIONS:
             raise InputError("--option", f"{item!r}: {key.strip()} has its own flag, use {FLAG_OPTIONS[key.strip()]}")
+        if key.strip() in out:
+            raise InputError("--option", f"{key.strip()} is given twice ({item!r} after "
+                                         f"{key.strip()}={out[key.strip()]!r})")
         try:
             value = json.loads(text)
         except ValueError:
