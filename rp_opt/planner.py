@@ -311,6 +311,8 @@ class Planner:
                 f"mode {mode!r} chooses its own placement; use heuristic, exact or auto")
         require(not (self.keep_placement and self.solver_options.get("refine")), "solver_options",
                 "refine=True changes the placement, keep_placement=True keeps it: choose one")
+        require(not (self.keep_placement and "placement" in self.solver_options), "solver_options",
+                "a placement here replaces the one in force, keep_placement=True keeps it: choose one")
         self.migration_cost = number("migration_cost", migration_cost, low=0, none=True)
         self.migration_horizon = integer("migration_horizon", migration_horizon, low=1)
         self._cost_by_layers: dict[int, CostModel] = {}

@@ -210,6 +210,10 @@ def test_refine_through_solver_options():
     assert runs == {None: [1, 0], True: [1, 1]}
     with pytest.raises(InputError, match=r"^solver_options: refine=True changes the placement"):
         Planner(cluster, COST, mode="heuristic", keep_placement=True, solver_options={"refine": True})
+    # a placement in the solver's options would win over keep_placement in silence
+    with pytest.raises(InputError, match=r"^solver_options: a placement here replaces the one in force"):
+        Planner(cluster, COST, mode="heuristic", keep_placement=True,
+                solver_options={"placement": Placement.identity(2, 8, 2)})
 
 
 def test_seed_placement_is_no_worse_than_either_start():
