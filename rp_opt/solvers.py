@@ -71,14 +71,16 @@ def plan_result(instance, placement, layout, objective, *, solver: str, seconds:
     and every layout of the same row count (so the gap is honest for any solver).
     """
     from .cost import cost_bounds, get_objective, layout_costs
-    from .result import FEASIBLE, Plan, Result
+    from .result import EVERY_PLACEMENT, FEASIBLE, Plan, Result
 
     objective = get_objective(objective)
     costs = layout_costs(instance, placement, layout, demand_by_rank)
     value = objective.evaluate(costs)
     analytic = cost_bounds(instance, layout.num_rows).objective(objective)[0]
-    bound = analytic if bound is None else max(bound, analytic)
     stats = dict(stats or {})
+    if bound is None:
+        stats.setdefault("bound_scope", EVERY_PLACEMENT)  # the analytic bound's (a caller's: its own)
+    bound = analytic if bound is None else max(bound, analytic)
     stats.setdefault("analytic_bound", analytic)
     plan = Plan(placement, layout, objective.name, value, stats)
     # a bound meeting the primary proves only the primary level; later levels stay open,

@@ -149,3 +149,13 @@ def test_kk_says_why_it_took_more_rows():
     assert "layout of 1 row broke the capacity C=12" in res.stats["reason"]
     assert "no claim that no layout exists" in res.stats["reason"]
     assert check(inst, get_solver("baseline")(inst, objective="shard").plan).valid  # ffd fits one row
+
+
+def test_baseline_bound_ranges_over_every_placement():
+    """A baseline's bound is the analytic one, valid for every placement: its result says
+    so (``bound_scope``), in the stats and in ``to_dict()``."""
+    inst = random_instance(4, n=16)
+    res = get_solver("lpt-ffd")(inst, objective="sync")
+    assert check(inst, res.plan).valid
+    assert res.stats["bound_scope"] == "every placement" and res.to_dict()["bound_scope"] == "every placement"
+    assert res.bound == pytest.approx(res.stats["analytic_bound"])
