@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from .errors import InputError, integer, read_array, require
-from .window import Window, checked_lengths, compact_counts
+from .window import Window, checked_lengths, compact_counts, routing_violation
 
 _CHUNK_KEYS = 1 << 24  # counts per chunk of samples (128 MB of int64)
 _SLICE_KEYS = 1 << 24  # routed ids per bincount call (see _count)
@@ -382,41 +382,36 @@ def demand_from_counts(counts, num_experts: int | None = None, num_layers: int |
             raise InputError(f"counts[{empty[0]}]", "routes no tokens; every sample needs >= 1 token "
                                                     "(give lengths for a partial replay)")
         lengths = tokens // top_k
-        _check_visits(demand, lengths, top_k, note)
+        # derived lengths: every layer routes exactly k T_i, so only the visits can fail
+        _check_counts(demand, lengths, top_k, note, derived=True)
     lengths = read_array(lengths, "lengths")
     require(lengths.shape == (counts.shape[0],), "lengths", f"must have shape ({counts.shape[0]},), got {lengths.shape}")
     lengths = checked_lengths(lengths)
     if top_k_from is not None and top_k is not None:
-        _check_routed(demand, lengths, top_k, note)
+        # given lengths and a k the caller did not give: the Window's sum check
+        # (Window.check_routing), here with the note saying where k came from
+        _check_counts(demand, lengths, top_k, note, derived=False)
     return Replay(lengths, demand, top_k)
 
 
-def _check_visits(demand: np.ndarray, lengths: np.ndarray, k: int, note: str) -> None:
-    """Lengths T_i = S_i / k derived from counts: no expert may get more than T_i tokens of
-    a sample at a layer (a token visits an expert at most once), else the counts come from
-    a router with fewer experts per token than k. One vectorised pass (max over experts)."""
-    most = demand.max(axis=2).astype(np.int64)  # [N, L]
-    bad = np.argwhere(most > lengths[:, None])
-    if not bad.size:
+def _check_counts(demand: np.ndarray, lengths: np.ndarray, k: int, note: str, derived: bool) -> None:
+    """:func:`rp_opt.window.routing_violation` of the counts, as an :class:`InputError` on
+    ``counts[i]`` that ends with ``note``. ``derived`` lengths (T_i = S_i / k): every layer
+    routes k T_i, so only an expert with more than T_i tokens can fail, and then the
+    counts come from a router with fewer experts per token than k (its largest possible k
+    said). Given lengths: the sum check alone (the Window checks the rest)."""
+    bad = routing_violation(demand, lengths, None if derived else k, visits=derived)
+    if bad is None:
         return
-    i, l = (int(x) for x in bad[0])
-    e, c, routed = int(np.argmax(demand[i, l])), int(most[i, l]), int(lengths[i]) * k
-    raise InputError(f"counts[{i}]", f"expert {e} at layer {l} gets {c} of the {routed} tokens routed per layer, "
-                                     f"more than T_i = {routed} / {k} = {int(lengths[i])}: a token picks an expert at "
-                                     f"most once, so these counts come from a router with k <= {routed // c}{note}")
-
-
-def _check_routed(demand: np.ndarray, lengths: np.ndarray, k: int, note: str) -> None:
-    """Given lengths and a k the caller did not give: no sample routes more than k T_i
-    tokens at a layer (what :meth:`rp_opt.window.Window.check_routing` checks, here with
-    the note saying where k came from)."""
-    routed = demand.sum(axis=2, dtype=np.int64)  # [N, L]
-    bad = np.argwhere(routed > k * lengths[:, None])
-    if not bad.size:
-        return
-    i, l = (int(x) for x in bad[0])
-    raise InputError(f"counts[{i}]", f"layer {l} routes {int(routed[i, l])} tokens, more than k x T_i = "
-                                     f"{k} x {int(lengths[i])} = {k * int(lengths[i])}{note}")
+    kind, i, l, e, value = bad
+    routed = int(lengths[i]) * k
+    if kind == "visits":
+        raise InputError(f"counts[{i}]", f"expert {e} at layer {l} gets {value} of the {routed} tokens routed per "
+                                         f"layer, more than T_i = {routed} / {k} = {int(lengths[i])}: a token picks an "
+                                         f"expert at most once, so these counts come from a router with "
+                                         f"k <= {routed // value}{note}")
+    raise InputError(f"counts[{i}]", f"layer {l} routes {value} tokens, more than k x T_i = "
+                                     f"{k} x {int(lengths[i])} = {routed}{note}")
 
 
 def replay(routing, *, num_experts: int, mask=None, num_layers: int | None = None,

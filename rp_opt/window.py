@@ -104,6 +104,31 @@ def compact_counts(demand: np.ndarray, name: str = "demand") -> np.ndarray:
     raise InputError(name, f"count {high} is too large")  # pragma: no cover
 
 
+def routing_violation(demand: np.ndarray, lengths: np.ndarray, k: int | None,
+                      visits: bool = True) -> tuple | None:
+    """The first sign that counts ``demand`` [N, L, E] cannot come from routing each of
+    T_i tokens to k distinct experts, or None: ``("visits", i, l, e, count)`` when expert e
+    gets more than T_i tokens of sample i at layer l (a token picks an expert at most
+    once; ``visits`` False: not checked), else ``("routed", i, l, None, total)`` when the
+    layer routes more than k T_i (``k`` None: not checked). Vectorised: a max and a sum
+    over the experts."""
+    lengths = np.asarray(lengths)[:, None]
+    if visits:
+        most = demand.max(axis=2)  # [N, L]
+        bad = np.argwhere(most > lengths)
+        if bad.size:
+            i, l = (int(x) for x in bad[0])
+            return "visits", i, l, int(np.argmax(demand[i, l])), int(most[i, l])
+    if k is None:
+        return None
+    routed = demand.sum(axis=2, dtype=np.int64)  # safe: every count <= T_i
+    bad = np.argwhere(routed > k * lengths)
+    if bad.size:
+        i, l = (int(x) for x in bad[0])
+        return "routed", i, l, None, int(routed[i, l])
+    return None
+
+
 def checked_lengths(lengths: np.ndarray, field: str = "lengths") -> np.ndarray:
     """``lengths`` (T_i, an array) as int64 when every entry is an integer >= 1 (an integral
     float such as 3.0 counts); else a one-line :class:`InputError` naming the first bad
@@ -211,20 +236,15 @@ class Window(_ArrayFields):
 
         :class:`InputError` on ``demand`` naming the first offending sample, layer and value.
         """
-        lengths = self.lengths[:, None]
-        most = self.demand.max(axis=2)  # [N, L]
-        bad = np.argwhere(most > lengths)
-        if bad.size:
-            i, l = (int(x) for x in bad[0])
-            e = int(np.argmax(self.demand[i, l]))
-            raise InputError("demand", f"sample {i}, layer {l}: expert {e} gets {int(most[i, l])} tokens from a "
+        bad = routing_violation(self.demand, self.lengths, self.top_k)
+        if bad is None:
+            return
+        kind, i, l, e, value = bad
+        if kind == "visits":
+            raise InputError("demand", f"sample {i}, layer {l}: expert {e} gets {value} tokens from a "
                                        f"sample of {int(self.lengths[i])} tokens (a token picks an expert at most once)")
-        routed = self.demand.sum(axis=2, dtype=np.int64)  # safe: every count <= T_i
-        bad = np.argwhere(routed > self.top_k * lengths)
-        if bad.size:
-            i, l = (int(x) for x in bad[0])
-            raise InputError("demand", f"sample {i}, layer {l} routes {int(routed[i, l])} tokens, more than "
-                                       f"top_k x T = {self.top_k} x {int(self.lengths[i])} = {self.top_k * int(self.lengths[i])}")
+        raise InputError("demand", f"sample {i}, layer {l} routes {value} tokens, more than "
+                                   f"top_k x T = {self.top_k} x {int(self.lengths[i])} = {self.top_k * int(self.lengths[i])}")
 
     def subset(self, samples) -> "Window":
         """The window restricted to ``samples`` (indices in [0, N), repeats allowed), in
