@@ -47,6 +47,13 @@ class CheckReport:
 
 
 def _check_placement(placement, num_layers: int, num_experts: int, num_ranks: int, out: list[str]):
+    if isinstance(placement, (list, tuple)):
+        # a JSON true is not the rank 1 (numpy would read it so)
+        flag = next(((l, e, rank) for l, layer in enumerate(placement) if isinstance(layer, (list, tuple))
+                     for e, rank in enumerate(layer) if isinstance(rank, (bool, np.bool_))), None)
+        if flag is not None:
+            out.append(f"placement[{flag[0]}][{flag[1]}]: must be an integer rank, got {flag[2]!r}")
+            return None
     try:
         ranks = np.asarray(placement)
     except Exception:  # ragged nested lists
@@ -85,12 +92,14 @@ def _check_rows(rows, num_samples: int, num_slots: int, out: list[str]):
         for d, cell in enumerate(row):
             # a cell that is not a list of integer indices is a malformed file (InputError),
             # not a plan violation: the same parser as every other reader of plan files
-            members = np.asarray(cell_samples(cell, f"rows[{r}][{d}]"), dtype=np.int64)
-            outside = members[(members < 0) | (members >= num_samples)]
-            if outside.size:
+            samples = cell_samples(cell, f"rows[{r}][{d}]")
+            # in Python ints: an index beyond 64 bits is out of range like -1, not an overflow
+            outside = [i for i in samples if not 0 <= i < num_samples]
+            if outside:
                 out.append(f"rows[{r}][{d}]: sample {outside[0]} is not in [0, {num_samples})")
                 broken = True
-                members = members[(members >= 0) & (members < num_samples)]
+                samples = [i for i in samples if 0 <= i < num_samples]
+            members = np.asarray(samples, dtype=np.int64)
             np.add.at(seen, members, 1)
             cells.append((r, d, members))
     for i in np.flatnonzero(seen > 1):

@@ -175,3 +175,21 @@ def test_check_without_a_plan_is_one_line(hand):
         check(hand, {"placement": [], "rows": []})
     with pytest.raises(InputError, match=r"^instance: must be an Instance, got Window$"):
         check_plan(hand.window, [[0, 0, 1, 1]] * 2, result.plan.layout.to_rows())
+
+
+def test_huge_index_and_boolean_rank_are_violations():
+    """The checker itself reads a raw plan's numbers as what they are: a sample index beyond
+    64-bit integers is out of range like -1 (no OverflowError), and JSON ``true`` is not
+    the rank 1; both are violations and the plan is unscored."""
+    instance = random_instance(3)
+    placement, rows = _valid_plan(instance)
+    rows = copy.deepcopy(rows)
+    rows[0][0] = [2**70] + list(rows[0][0])[1:]
+    report = check_plan(instance, placement, rows)
+    n = instance.window.num_samples
+    assert not report.valid and report.score is None
+    assert report.violations[0] == f"rows[0][0]: sample {2**70} is not in [0, {n})"
+    flagged = [list(layer) for layer in placement]
+    flagged[0][1] = True
+    report = check_plan(instance, flagged, _valid_plan(instance)[1])
+    assert report.violations == ["placement[0][1]: must be an integer rank, got True"] and report.score is None

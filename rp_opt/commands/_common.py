@@ -116,64 +116,12 @@ def load_plan_for(path: str, instance: Instance, field: str = "plan"):
 
 
 def check_plan_data(instance: Instance, data: dict, objective, rows: int | None = None):
-    """:func:`rp_opt.check.check_plan` of a raw plan file's placement and rows.
-
-    Violations, as the checker reports them, also for what the checker cannot take in: a
-    sample index beyond 64-bit integers (``rows[r][d]: sample ... is not in [0, N)``, as
-    for a negative index) and a boolean rank (``placement[l][e]: must be an integer rank,
-    got True``; JSON ``true`` is not the rank 1). The plan is then invalid and unscored.
-    """
+    """:func:`rp_opt.check.check_plan` of a raw plan file's placement and rows: violations
+    as the checker reports them, also a sample index beyond 64-bit integers (out of range,
+    as a negative one) and a boolean rank (JSON ``true`` is not the rank 1)."""
     from ..check import check_plan
 
-    num_samples = instance.window.num_samples
-    rows_in, placement_in = data["rows"], data["placement"]
-    extra: list[str] = []
-    # samples beyond int64: dropped from a copy of their cell, their cell's range line rewritten
-    huge_cells: dict[tuple[int, int], object] = {}
-    if isinstance(rows_in, list):
-        rows_in = [list(row) if isinstance(row, list) else row for row in rows_in]
-        for r, row in enumerate(rows_in):
-            for d, cell in enumerate(row if isinstance(row, list) else ()):
-                if isinstance(cell, list) and any(_beyond_int64(i) for i in cell):
-                    first = next(i for i in cell if isinstance(i, int) and not isinstance(i, bool)
-                                 and not 0 <= i < num_samples)
-                    huge_cells[r, d] = first
-                    row[d] = [i for i in cell if not _beyond_int64(i)]
-    bool_ranks = []
-    if isinstance(placement_in, list):
-        bool_ranks = [(l, e, rank) for l, layer in enumerate(placement_in) if isinstance(layer, list)
-                      for e, rank in enumerate(layer) if isinstance(rank, (bool, np.bool_))]
-        if bool_ranks:
-            l, e, rank = bool_ranks[0]
-            extra.append(f"placement[{l}][{e}]: must be an integer rank, got {rank!r}")
-            placement_in = [[int(x) if isinstance(x, (bool, np.bool_)) else x for x in layer]
-                            if isinstance(layer, list) else layer for layer in placement_in]
-    try:
-        report = check_plan(instance, placement_in, rows_in, objective, rows)
-    except OverflowError:  # a placement or a cell the checker's arrays cannot hold: one line all the same
-        raise InputError("plan", "holds a number beyond 64-bit integers") from None
-    if not huge_cells and not extra:
-        return report
-    violations = []
-    for line in report.violations:
-        if bool_ranks and line.startswith("placement:"):
-            continue  # of the placement as read with true as 1: the boolean rank is what is wrong
-        cell = line.split(":", 1)[0]
-        for (r, d), value in huge_cells.items():
-            if cell == f"rows[{r}][{d}]" and line.endswith(f"is not in [0, {num_samples})"):
-                line = f"rows[{r}][{d}]: sample {value} is not in [0, {num_samples})"
-        violations.append(line)
-    # a cell that held no other out-of-range sample: its line among the cells' lines, before
-    # the lines of the whole layout (rows: sample 3 is in no cell)
-    at = next((k for k, line in enumerate(violations) if line.startswith("rows:")), len(violations))
-    missing = [f"rows[{r}][{d}]: sample {value} is not in [0, {num_samples})" for (r, d), value in huge_cells.items()]
-    violations[at:at] = [line for line in missing if line not in violations]
-    return dataclasses.replace(report, valid=False, violations=extra + violations, score=None, costs=None)
-
-
-def _beyond_int64(value) -> bool:
-    """Whether ``value`` is a (non-boolean) integer outside the 64-bit range."""
-    return isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**63
+    return check_plan(instance, data["placement"], data["rows"], objective, rows)
 
 
 def require_score(data: dict) -> None:
