@@ -93,8 +93,9 @@ def run(args) -> int:
                                    "--previous", f"{args.previous}: phy2log ")
     written: list[str] = []
     # a write that fails after the checks (disk full) is one line, and the summary still prints
-    # the export is a plan file too: stamped with its window, as plan -o writes them
-    stamp = {FINGERPRINT_KEY: window_fingerprint(instance.window)}
+    # the export is a plan file too: stamped with its window, as plan -o writes them (the
+    # plan's own stamp, when it has one, was checked against this window above)
+    stamp = {FINGERPRINT_KEY: data.get(FINGERPRINT_KEY) or window_fingerprint(instance.window)}
     error = write_output(lambda prefix: written.extend(export_plan(plan, prefix, previous, stamp)), args.output)
     json_path, npz_path = written if not error else (None, None)
     out = {"valid": True, "json": json_path, "npz": npz_path, "num_rows": plan.num_rows,
