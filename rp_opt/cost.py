@@ -548,15 +548,19 @@ def full_row_charge(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarr
     one; s = k C - T_{g_f}): M_r >= theta + E(g_f), so block g owes
     (1/k) sum_{d in g} (theta - att_d) - (E(g) - E(g_f)), and E(g) - E(g_f) <= rho s for a
     block without a full-length sample (every sample routes rho tokens per token; the bound
-    is 0 otherwise), <= 0 for one with. For any s1 > 0, either s < s1 (the row owes its
-    cells' deficits less rho s1 per block without a full-length sample) or every block
-    with one has s1 tokens of room, which costs its cells at least delta(s1) (knapsack
-    ceilings of cells with that little room). Cells' deficits are at least theta minus
-    their knapsack ceiling (distinct big samples). A row of n blocks with full-length
-    samples owes max_{s1} min(n delta(s1) / k, x - (G - n) rho s1), x its cells' deficits
-    (each row the cheapest cells: a relaxation); a row whose blocks all hold one, or with
-    a block of k full-length cells (s = 0), owes x, pooled over such rows (their cells are
-    distinct). A DP over how the full-length samples split into rows takes the least.
+    is 0 otherwise), <= 0 for one with; every block owes >= 0 (J >= Lambda). Cells'
+    deficits are at least theta minus their knapsack ceiling (distinct big samples). In a
+    row of n < G blocks with full-length samples (f of them), those blocks owe a: at least
+    the deficits of their n k - f other cells and, when s > 0, at least n delta(s) / k
+    (each has s tokens of room, which costs its cells at least delta(s): knapsack
+    ceilings of cells with that little room); the other G - n blocks owe at least
+    (b - (G - n) rho s)^+, b their cells' deficits, at least those of (G - n) k cells, and
+    a + b >= x, the row's cells' deficits (each row the cheapest cells: a relaxation). The
+    least of a + (b - (G - n) rho s)^+ over these takes a at its floor, and the row owes
+    its least over n and over intervals of s (delta at the interval's start, rho s at its
+    end). A row whose blocks all hold one, or with a block of k full-length cells only
+    (n (k - 1) < f), owes x, pooled over such rows (their cells are distinct). A DP over
+    how the full-length samples split into rows takes the least.
     """
     attention = np.asarray(attention, dtype=np.float64)
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -589,10 +593,12 @@ def full_row_charge(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarr
         for y in range(grid + 1):
             nxt[y:] = np.minimum(nxt[y:], spread[:grid + 1 - y] + h[y])
         spread = nxt
-    owed_heavy = delta[1:] / k                                  # per block, s1 = j step, j >= 1
-    owed_room = rho * np.arange(1, grid + 1) * step             # per block without one
+    # g_f's room s lies in [j step, (j+1) step) for some j (the last interval reaches the
+    # most room a block with a full-length cell can have, (k - 1) C)
+    room_top = np.append(np.arange(1, grid + 1) * step, (k - 1) * capacity)
+    room_deficit = np.append(0.0, delta[1:])       # s in [0, step) may be 0: k full cells
     # per row with f full-length samples: "pooled" (owes its cells' deficits) or the least
-    # over n of the two-case bound with its cheapest cells
+    # over n and the interval of s of the two-case bound with its cheapest cells
     pooled = np.zeros(slots + 1, dtype=bool)
     two_case = np.full(slots + 1, np.inf)
     for f in range(1, slots + 1):
@@ -601,7 +607,13 @@ def full_row_charge(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarr
             if n == num_shards or n * (k - 1) < f:
                 pooled[f] = True
             else:
-                value = float(np.max(np.minimum(n * owed_heavy, x - (num_shards - n) * owed_room)))
+                # blocks with one owe a >= their n k - f cells' deficits and, for s > 0 (each
+                # then has a cell with room), >= n delta(s) / k; the others b - (G - n) rho s,
+                # b >= their (G - n) k cells', a + b >= x; the least of a + (b - that)^+
+                # takes a at its floor (raising a lowers it no more)
+                a = np.maximum(n * room_deficit / k, cheapest[n * k - f])
+                b = np.maximum(cheapest[(num_shards - n) * k], x - a)
+                value = float(np.min(a + np.maximum(b - (num_shards - n) * rho * room_top, 0.0)))
                 two_case[f] = min(two_case[f], max(0.0, value))
     # least owed by two-case rows with t full-length samples, least cells in pooled rows
     owed, cells = np.full(heavy + 1, np.inf), np.full(heavy + 1, np.inf)

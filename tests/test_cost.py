@@ -342,12 +342,12 @@ def test_full_row_charge_needs_one_routing_rate():
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), shape=st.sampled_from([(4, 2, 1, 6), (4, 1, 1, 6), (2, 2, 2, 6), (2, 1, 2, 6),
-                                                           (2, 2, 3, 6), (4, 2, 2, 8)]),
+                                                           (2, 2, 3, 6), (4, 2, 2, 8), (6, 3, 1, 7), (6, 2, 1, 7)]),
        arbitrary_q=st.booleans(), gamma=st.sampled_from([0.0, 0.05, 0.3, 3.0]))
 def test_full_row_bound_below_brute_force(seed, shape, arbitrary_q, gamma):
     """The sync bound with the full-row charge never exceeds the best layout (every
     layout enumerated): windows with one to three full-length samples, samples just above
-    and below C/2, Q_i = T_i^2 or arbitrary, G = 1 and 2, one or two cells per block."""
+    and below C/2, Q_i = T_i^2 or arbitrary, G = 1, 2 and 3, one to three cells per block."""
     dp, edp, rows, n = shape
     rng = np.random.default_rng(seed)
     heavy = rng.integers(1, min(3, n - 1) + 1)
