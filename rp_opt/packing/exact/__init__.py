@@ -65,7 +65,7 @@ from .common import (Budget, build_seconds, canonical_layout, greedy_layout, hea
 from .cpsat_model import PROOF, TOGETHER, SolveOutcome, check_together
 from .pooled import pooled_bound as pooled_level_bound
 from .pooled import pooled_useful
-from .row_search import row_pair_search
+from .row_search import INTERRUPTED, row_pair_search
 
 # share of the time left after the start that the row-pair search may take (it ends
 # earlier when no pair of rows improves)
@@ -109,10 +109,13 @@ def num_rows_or_status(instance: Instance, time_limit: float = 10.0) -> tuple[in
 
 
 def _heuristic_layout(instance, placement, num_rows, obj, data, time_limit, seed,
-                      seconds: float | None = None, start: Plan | None = None) -> Layout | None:
+                      seconds: float | None = None, start: Plan | None = None,
+                      stats: dict | None = None) -> Layout | None:
     """The ``heuristic`` planner's layout for this placement and R, run for ``seconds``
     (default min(10% of the time limit, 0.15 s per sample, 5 s)), from the plan ``start``
-    when given; None when too little time is left, or it returns no layout that fits."""
+    when given; None when too little time is left, or it returns no layout that fits.
+    A Ctrl-C that stopped the heuristic sets ``stats["interrupted"]`` (its layout still
+    comes back)."""
     if seconds is None:
         # a better start shortens the proof: N = 32, G = 2, sync, seed-1 window of
         # scripts/bench_exact.py (solver seed 1), 60 s: not proven in three runs with a
@@ -129,6 +132,8 @@ def _heuristic_layout(instance, placement, num_rows, obj, data, time_limit, seed
     except Exception as exc:  # a start is optional: never fail the exact solve for it
         log.debug("heuristic start failed: %s", exc)
         return None
+    if res.stats.get("interrupted") and stats is not None:
+        stats["interrupted"] = True
     layout = res.plan.layout if res.plan is not None else None
     if layout is None or not layout_valid(data, layout):
         return None
@@ -255,6 +260,9 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     Result
         ``bound`` is a valid lower bound of the primary level (rounding margin removed);
         stats carry per-level values, bounds, statuses, ``rounding`` and ``start_score``.
+        A Ctrl-C stops the solve at once: the best plan so far comes back, ``feasible``
+        unless every level was already proven, with ``stats["interrupted"]`` (HiGHS takes
+        it only when its current solve ends).
     """
     t0 = time.perf_counter()
     obj = get_objective(objective)
@@ -318,6 +326,11 @@ def _coefficients(instance: Instance) -> int:
 ROUNDING_TOLERANCE = 1e-3
 
 
+def _interrupted(out) -> bool:
+    """Whether Ctrl-C stopped one of the solves of a model outcome."""
+    return any(o.stats.get("interrupted") for o in out.levels)
+
+
 def _all_proven(levels, obj) -> bool:
     """Every level of ``obj`` solved to a proven optimum (implied levels count as theirs)."""
     return len(levels) == len(obj.levels) and all(o.status == "optimal" for o in levels)
@@ -334,6 +347,8 @@ def _two_row_layout(sub: Instance, placement: Placement, obj, start: Layout, sec
                             backend=backend, symmetry=symmetry, tighten=tighten, workers=workers,
                             subsolvers=subsolvers, heuristic_start=False, relax_bound=False, row_search=False,
                             together=together)
+        if res.stats.get("interrupted"):
+            raise KeyboardInterrupt("row search interrupted (Ctrl-C)")
         return (res.plan.layout if res.plan is not None else None), res.status == OPTIMAL
     from .cpsat_model import CpsatPacking
 
@@ -346,6 +361,8 @@ def _two_row_layout(sub: Instance, placement: Placement, obj, start: Layout, sec
         start = canonical_layout(start, data.num_shards, mode, fixed_shards=True)
     out = builder.solve(Budget(seconds - (time.perf_counter() - t0)), seed=seed, workers=workers,
                         subsolvers=subsolvers, start=start, together=together)
+    if _interrupted(out):
+        raise KeyboardInterrupt("row search interrupted (Ctrl-C)")
     return out.layout, _all_proven(out.levels, obj)
 
 
@@ -378,14 +395,16 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
         if heuristic_start:
             # without a model to solve, the heuristic gets the time
             seconds = 0.8 * (float(time_limit) - (time.perf_counter() - t0)) if skip else None
-            better = _heuristic_layout(instance, placement, int(num_rows), obj, data, time_limit, seed, seconds)
+            better = _heuristic_layout(instance, placement, int(num_rows), obj, data, time_limit, seed, seconds,
+                                       stats=stats)
             if better is not None and (start is None or lex_better(score(instance, placement, better, obj),
                                                                  score(instance, placement, start, obj))):
                 start = better
                 stats["start"] = "heuristic"
     else:
         stats["start"] = "warm_start"
-    if row_search and backend == "cpsat" and start is not None and num_rows >= 3 and data.num_shards >= 2:
+    if (row_search and backend == "cpsat" and start is not None and num_rows >= 3 and data.num_shards >= 2
+            and not stats.get("interrupted")):
         # re-solve pairs of rows exactly before the whole model runs (a better incumbent
         # also lets CP-SAT prune more; see .row_search). Not with one shard: there CP-SAT's
         # own search finds layouts as good, and its bound needs the time (N = 64, G = 1
@@ -403,10 +422,12 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
                                                                      tighten, together),
                 seed=seed)
             stats["row_search"] = found.to_dict()
+            if found.stopped == INTERRUPTED:
+                stats["interrupted"] = True
         else:
             why = f"{left:.1f} s left" + ("" if skip else f", the model's build needs about {build:.1f} s")
             stats["row_search"] = {"skipped": why}
-    if (pooled_bound and backend == "cpsat" and not skip
+    if (pooled_bound and backend == "cpsat" and not skip and not stats.get("interrupted")
             and pooled_useful(obj, int(num_rows), data.num_shards)):
         left = float(time_limit) - (time.perf_counter() - t0)
         # the pooled model is as large as the model: both builds must still fit
@@ -415,6 +436,8 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
             stats["pooled"] = pooled_level_bound(instance, placement, int(num_rows), obj, start, seconds, seed,
                                                  workers=workers, subsolvers=subsolvers, symmetry=symmetry,
                                                  tighten=tighten, together=together)
+            if stats["pooled"].pop("interrupted", False):
+                stats["interrupted"] = True
         else:
             stats["pooled"] = {"skipped": f"{left:.1f} s left, the builds need about {2 * build:.1f} s"}
     if start is not None and mode:
@@ -448,11 +471,17 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
             return bound
 
         relaxation = run_relaxation
-        if backend == "highs":
+    if backend == "highs" and relaxation is not None and not stats.get("interrupted"):
+        try:
             relaxation()  # reported only
+        except KeyboardInterrupt:
+            stats["interrupted"] = True
     # again after the start (and HiGHS's relaxation): what is left must still fit the build
     late = not skip and too_big(build, budget.left())
     skip = skip or late
+    if stats.get("interrupted"):
+        # Ctrl-C before the model: the best start is the answer
+        skip, late = "interrupted (Ctrl-C) before the model ran", False
     if skip:
         stats["model"] = skip
         if late and heuristic_start and start is not None and budget.left() >= 1.0:
@@ -478,7 +507,12 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
         from .pyomo_model import PyomoPacking
 
         builder = PyomoPacking(data, obj, mode, tighten=tighten, eq4=eq4, mip_start=mip_start)
-        out = builder.solve(budget, seed=seed, start=start)
+        try:
+            out = builder.solve(budget, seed=seed, start=start)
+        except KeyboardInterrupt:
+            # HiGHS hands Ctrl-C back only when its solve ends: the start is the answer
+            stats["interrupted"] = True
+            out = SolveOutcome(None, [], [], {})
     stats["build_seconds"] = None
     return _result(instance, placement, obj, out, start, start_score, stats, t0, solver_name, int(num_rows))
 
@@ -499,6 +533,8 @@ def _result(instance, placement, obj, out, start, start_score, stats, t0, solver
         bound_key = "bound" if j == 0 else "bound_given_earlier_levels"
         stats["levels"].append({**entry, "status": o.status, "value": o.value, bound_key: o.bound})
     stats["rounding"] = list(out.rounding)
+    if _interrupted(out):
+        stats["interrupted"] = True
     stats["start_score"] = None if start_score is None else list(start_score)
     layout = out.layout
     place = out.extra.get("placement", placement) if out.extra else placement

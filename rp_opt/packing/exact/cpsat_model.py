@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from ortools.sat.python import cp_model
 
-from ..._cpsat import solve as cpsat_solve
+from ..._cpsat import interrupted, solve as cpsat_solve
 from ...cost import Objective, attention_waste
 from ...errors import InputError, require
 from ...solution import Layout
@@ -489,7 +489,8 @@ class CpsatPacking:
             threads = 1 if callback is not None else workers or (len(names) + 1 if names else 8)
             solver = configured(limit, names, threads)
             m.minimize(expr)
-            status = cpsat_solve(solver, m, callback)
+            # Ctrl-C stops the search; the caller gets what it found (stats "interrupted")
+            status = cpsat_solve(solver, m, callback, on_interrupt="return")
             if status == cp_model.MODEL_INVALID:
                 # e.g. an unknown subsolver name: say so, never a silent "no solution"
                 info = solver.solution_info()
@@ -533,16 +534,23 @@ class CpsatPacking:
                 else:
                     solver, status, names = run(expr, limit, g == 0, offer if g == 0 else None)
                     secs = time.perf_counter() - t0
-                if g == 0 and extra_bound is not None and status in (cp_model.FEASIBLE, cp_model.UNKNOWN):
+                stop = interrupted(solver)
+                if (g == 0 and extra_bound is not None and not stop
+                        and status in (cp_model.FEASIBLE, cp_model.UNKNOWN)):
                     # level 1 unproven: a bound of another kind (e.g. the relaxation) before the
                     # later levels take what is left. Not a constraint of the search: on the
                     # benchmark that cost more time than it pruned (N = 20, G = 2, sync window
                     # of scripts/bench_exact.py: level 1 proven in 13 s without it, in 33 s
                     # with a first short solve, the relaxation and a second solve)
-                    extra_bound()
+                    try:
+                        extra_bound()
+                    except KeyboardInterrupt:
+                        stop = True
                 stats = {"status": solver.status_name(status), "seconds": secs, "limit": limit,
                          "branches": solver.num_branches, "conflicts": solver.num_conflicts,
                          "subsolvers": list(names) if names else "cpsat", **more}
+                if stop:
+                    stats["interrupted"] = True  # Ctrl-C: no later level runs
                 if len(ks) > 1:
                     stats["solved_together"] = [k + 1 for k in ks]  # level numbers, 1-based
                 if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -564,6 +572,8 @@ class CpsatPacking:
                 if on_solution:
                     extra = on_solution(solver)
                 self._hint_from(solver, extra_hint)
+                if stop:
+                    break
         finally:
             if last is not None:
                 last.close()

@@ -74,7 +74,7 @@ def pooled_bound(instance: Instance, placement, num_rows: int, objective, start,
     CP-SAT for ``seconds``, from ``start`` (a layout of the grid, or None), and return its
     stats: ``bound`` (a lower bound of level 1 of ``objective`` for every layout of the
     grid; None without one), ``value`` (the pooled objective of its best layout),
-    ``status``, ``seconds``, ``alpha`` and ``beta``. ``options`` go to
+    ``status``, ``seconds``, ``alpha``, ``beta`` and, after a Ctrl-C, ``interrupted``. ``options`` go to
     :func:`rp_opt.packing.exact.solve_packing` (workers, subsolvers, symmetry, tighten,
     together); the pooled solve runs no heuristic start, relaxation or row search."""
     from . import solve_packing
@@ -89,5 +89,8 @@ def pooled_bound(instance: Instance, placement, num_rows: int, objective, start,
     res = solve_packing(sub, placement, blocks, objective=pooled, time_limit=seconds, seed=seed, start=sub_start,
                         heuristic_start=False, relax_bound=False, row_search=False, pooled_bound=False, **options)
     total = pooled.levels[0][0][1]
-    return {"bound": res.bound, "value": res.score[0] if res.score else None, "status": res.status,
-            "seconds": res.seconds, "alpha": total.attention, "beta": total.expert}
+    out = {"bound": res.bound, "value": res.score[0] if res.score else None, "status": res.status,
+           "seconds": res.seconds, "alpha": total.attention, "beta": total.expert}
+    if res.stats.get("interrupted"):
+        out["interrupted"] = True  # Ctrl-C: the bound so far (still valid)
+    return out

@@ -40,6 +40,7 @@ log = logging.getLogger("rp_opt")
 
 # seconds one two-row solve may take at most (most prove or stall well within this)
 SOLVE_SECONDS = 4.0
+INTERRUPTED = "interrupted (Ctrl-C)"  # RowSearchStats.stopped after a Ctrl-C
 
 
 def rows_separable(level, num_shards: int) -> bool:
@@ -154,7 +155,11 @@ def row_pair_search(instance: Instance, placement: Placement, layout: Layout, ob
         rows = todo[int(rng.integers(len(todo)))]
         samples, start = two_rows(layout, rows)
         fixed = None if separable else context(costs, rows)
-        sub, proven = solve(renumbered(instance, samples), start, min(SOLVE_SECONDS, left), fixed)
+        try:
+            sub, proven = solve(renumbered(instance, samples), start, min(SOLVE_SECONDS, left), fixed)
+        except KeyboardInterrupt:
+            stats.stopped = INTERRUPTED  # the best layout so far comes back
+            break
         stats.solves += 1
         tried.add(rows)
         if sub is None:
