@@ -558,9 +558,10 @@ def full_row_charge(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarr
     a + b >= x, the row's cells' deficits (each row the cheapest cells: a relaxation). The
     least of a + (b - (G - n) rho s)^+ over these takes a at its floor, and the row owes
     its least over n and over intervals of s (delta at the interval's start, rho s at its
-    end). A row whose blocks all hold one, or with a block of k full-length cells only
-    (n (k - 1) < f), owes x, pooled over such rows (their cells are distinct). A DP over
-    how the full-length samples split into rows takes the least.
+    end; the first interval covers s = 0, e.g. a block of k full-length cells). A row
+    whose blocks all hold one (n = G), or whose f samples leave a block of k full-length
+    cells (n (k - 1) < f), owes x, pooled over such rows (their cells are distinct). A DP
+    over how the full-length samples split into rows takes the least.
     """
     attention = np.asarray(attention, dtype=np.float64)
     lengths = np.asarray(lengths, dtype=np.int64)

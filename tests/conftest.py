@@ -45,3 +45,25 @@ def random_instance(seed: int, n: int = 12, layers: int = 3, experts: int = 8, d
 @pytest.fixture
 def hand():
     return hand_instance()
+
+
+@pytest.fixture
+def ctrl_c():
+    """``ctrl_c(seconds)`` sends this process a real Ctrl-C (SIGINT) after ``seconds``,
+    under Python's own handler (a solver library run by an earlier test may have replaced
+    it); a signal not yet sent is cancelled, and the handler restored, at teardown."""
+    import os
+    import signal
+    import threading
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timers = []
+
+    def arm(seconds):
+        timers.append(threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT)))
+        timers[-1].start()
+
+    yield arm
+    for timer in timers:
+        timer.cancel()
+    signal.signal(signal.SIGINT, previous)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import threading
 import time
 
 import numpy as np
@@ -30,29 +28,23 @@ def _partition_model():
 
 
 @pytest.mark.parametrize("on_interrupt", ["raise", "return"])
-def test_ctrl_c_stops_the_search(on_interrupt):
+def test_ctrl_c_stops_the_search(on_interrupt, ctrl_c):
     """CP-SAT's own handler took Ctrl-C as its time limit and told nobody; :func:`solve`
     stops the search and raises KeyboardInterrupt, or returns what it found with
     :func:`interrupted` true. Python's SIGINT handler stays in place afterwards."""
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = 60.0
     solver.parameters.num_workers = 2
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+    ctrl_c(1.0)
     start = time.perf_counter()
-    try:
-        if on_interrupt == "raise":
-            with pytest.raises(KeyboardInterrupt):
-                solve(solver, _partition_model())
-        else:
-            status = solve(solver, _partition_model(), on_interrupt="return")
-            assert status in (cp_model.FEASIBLE, cp_model.UNKNOWN) and interrupted(solver)
-    finally:
-        timer.cancel()
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        signal.signal(signal.SIGINT, previous)
+    if on_interrupt == "raise":
+        with pytest.raises(KeyboardInterrupt):
+            solve(solver, _partition_model())
+    else:
+        status = solve(solver, _partition_model(), on_interrupt="return")
+        assert status in (cp_model.FEASIBLE, cp_model.UNKNOWN) and interrupted(solver)
     assert time.perf_counter() - start < 10
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_a_solve_without_ctrl_c_is_not_interrupted():

@@ -893,40 +893,21 @@ def test_a_kept_start_is_optimal_only_where_it_scores_what_was_proven():
     assert "bound" in res.stats["levels"][0] and "bound" not in res.stats["levels"][2]
 
 
-def _interrupt_after(seconds):
-    """A real Ctrl-C (SIGINT to this process) after ``seconds``, under Python's own handler
-    (a solver library run by an earlier test may have replaced it); returns a function that
-    cancels it and restores the handler."""
-    import os
-    import signal
-    import threading
-
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-
-    def undo():
-        timer.cancel()
-        signal.signal(signal.SIGINT, previous)
-    return undo
-
 
 @pytest.mark.parametrize("heuristic_start", [False, True])
-def test_ctrl_c_during_the_exact_solve_returns_the_best_plan(heuristic_start):
+def test_ctrl_c_during_the_exact_solve_returns_the_best_plan(heuristic_start, ctrl_c):
     """A Ctrl-C during the CP-SAT model (or, with the heuristic start, during that start)
     was taken by CP-SAT as its time limit and reported nowhere; the exact solver now stops,
     returns its best plan so far marked ``interrupted`` (not ``optimal``), at once. The
     window (N = 20, G = 2, R = 2) takes far longer than 1 s to prove."""
     inst = make_window(20, D=4, G=2, L=4, E=8, P=4, seed=1)
     place = Placement.identity(4, 8, 4)
-    undo = _interrupt_after(1.0)
+    ctrl_c(1.0)
     start = time.perf_counter()
     try:
         res = solve_packing(inst, place, 2, objective="sync", time_limit=60, heuristic_start=heuristic_start)
     except KeyboardInterrupt:
         pytest.fail("the interrupt escaped the exact solver")
-    finally:
-        undo()
     assert time.perf_counter() - start < 10
     assert res.stats["interrupted"] is True and res.status == "feasible"
     checked(inst, res, num_rows=2)

@@ -372,3 +372,25 @@ def test_infeasible_reason_names_m_when_the_sample_limit_forces_the_cells():
         "(N/m bound)")
     # without the limit the same lengths fit: one row of two cells
     assert certify_bins([10, 20, 30], 100, 2).r_star == 1
+
+
+def test_ctrl_c_during_certification_keeps_the_bounds(ctrl_c):
+    """A Ctrl-C during the exact stages (here CP-SAT's assignment model, which does not
+    close this window in a minute) ended ``rp-opt certify`` with KeyboardInterrupt and lost
+    the bounds; with ``on_interrupt="return"`` (the command's) they come back at once as
+    the certificate, marked interrupted. The default raises, once the search has stopped."""
+    lengths = np.random.default_rng(1).integers(200, 700, 120)
+    ctrl_c(1.5)
+    start = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        certify_bins(lengths, 1000, 1, None, 60.0, "cpsat")
+    assert time.perf_counter() - start < 10
+    ctrl_c(1.5)
+    start = time.perf_counter()
+    cert = certify_bins(lengths, 1000, 1, None, 60.0, "cpsat", on_interrupt="return")
+    assert time.perf_counter() - start < 10
+    assert cert.status == "feasible" and cert.stats["interrupted"] is True
+    assert cert.bins_lower <= 57 <= cert.bins_upper       # 57: proven by the auto pipeline
+    assert "interrupted" in cert.summary()
+    bins = cert.witness.cell_of
+    assert np.bincount(bins, weights=lengths).max() <= 1000

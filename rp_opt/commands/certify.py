@@ -51,18 +51,21 @@ def run(args) -> int:
     if args.bpp:
         require(args.file is None, "file", "give either FILE.npz or --bpp FILE.txt, not both")
         weights, capacity = _read_bpp(args.bpp)
-        cert = certify_bins(weights, capacity, 1, None, args.time_limit, args.exact)
+        cert = certify_bins(weights, capacity, 1, None, args.time_limit, args.exact, on_interrupt="return")
         data = {"file": args.bpp, "items": int(weights.size), "capacity": capacity,
                 "bins": cert.r_star, "lower_bound": cert.bins_lower, "upper_bound": cert.bins_upper,
                 "status": cert.status, "bound_method": cert.bound_method, "seconds": round(cert.seconds, 4)}
         if cert.stats.get("exact_search_by"):
             data["exact_search_by"] = cert.stats["exact_search_by"]
+        if cert.stats.get("interrupted"):
+            data["interrupted"] = True
         if args.json:
             emit_json(data)
         else:
             print(table(["file", "items", "C", "bins", "lower", "upper", "status", "bound", "seconds"],
                         [[os.path.basename(args.bpp), data["items"], capacity, cert.r_star if cert.r_star is not None else "-",
                           cert.bins_lower, cert.bins_upper, cert.status, cert.bound_method, round(cert.seconds, 3)]]))
+            _interrupted_note(cert)
         return 0 if cert.status == OPTIMAL else 1
 
     if args.file is None:
@@ -73,7 +76,8 @@ def run(args) -> int:
     # model, T_i <= C): certify answers for windows the planners accept, never for broken ones
     instance, _ = open_instance(args.file)
     lengths, cluster = instance.window.lengths, instance.cluster
-    cert = certify_bins(lengths, cluster.capacity, cluster.dp, cluster.max_samples_per_cell, args.time_limit, args.exact)
+    cert = certify_bins(lengths, cluster.capacity, cluster.dp, cluster.max_samples_per_cell, args.time_limit, args.exact,
+                        on_interrupt="return")
     if args.json:
         data = cert.to_dict()
         data.update(file=args.file, samples=int(lengths.size), dp=cluster.dp, capacity=cluster.capacity,
@@ -91,4 +95,11 @@ def run(args) -> int:
                       cert.bound_method, round(cert.seconds, 3)]]))
         if cert.status == INFEASIBLE:
             print(f"infeasible: {cert.reason}\nfix: {cert.fix}")
+        _interrupted_note(cert)
     return 0 if cert.status == OPTIMAL else 1
+
+
+def _interrupted_note(cert) -> None:
+    """One line when a Ctrl-C ended the certification early."""
+    if cert.stats.get("interrupted"):
+        print("interrupted (Ctrl-C): the bounds and the best packing found until then")

@@ -138,8 +138,9 @@ class RowCertificate:
             return f"infeasible: {self.reason}; {self.fix}"
         if self.status == OPTIMAL:
             return f"R* = {self.r_star} (proven by {self.bound_method}, {self.seconds:.3f}s)"
+        stopped = ", interrupted (Ctrl-C)" if self.stats.get("interrupted") else ""
         return (f"{self.status}: {self.lower_bound} <= R* <= {self.upper_bound} "
-                f"(lower bound by {self.bound_method}, {self.seconds:.3f}s)")
+                f"(lower bound by {self.bound_method}, {self.seconds:.3f}s{stopped})")
 
 
 def certify_seconds(time_limit: float, at_least: float) -> float:
@@ -216,7 +217,7 @@ class _Search:
 
 
 def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | None = None,
-                 time_limit: float = 10.0, exact: str = "auto") -> RowCertificate:
+                 time_limit: float = 10.0, exact: str = "auto", on_interrupt: str = "raise") -> RowCertificate:
     """Certify R* for lengths T, capacity C, D = ``num_slots`` and item limit m.
 
     Parameters
@@ -236,6 +237,10 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
         ``auto`` (CP-SAT on the arc-flow graph when it is small enough, else the CP-SAT
         assignment model), ``arcflow`` (the former only), ``cpsat`` (the latter only),
         ``highs`` (the arc-flow MIP with HiGHS), or ``none`` (bounds and heuristics only).
+    on_interrupt
+        A Ctrl-C during the exact stages: ``raise`` (KeyboardInterrupt, once CP-SAT's
+        search has stopped) or ``return`` (the bounds and the best packing so far as the
+        certificate, ``stats["interrupted"]``; what ``rp-opt certify`` does).
     """
     from ..errors import integer, number, read_array, require
     from ..window import checked_lengths
@@ -249,6 +254,7 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
     m = integer("max_items", max_items, 1, none=True)
     require(exact in ("auto", "arcflow", "cpsat", "highs", "none"), "exact",
             f"must be auto, arcflow, cpsat, highs or none, got {exact!r}")
+    require(on_interrupt in ("raise", "return"), "on_interrupt", f"must be raise or return, got {on_interrupt!r}")
     n = int(lengths.size)
 
     def done(status, r_star, lower_rows, upper_rows, method, witness, bins_lo, bins_hi, reason=None, fix=None, stats=None):
@@ -293,150 +299,157 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
     def proven_infeasible() -> bool:
         return _ceil_div(s.lower, d) * d > n
 
-    graph = None
-    # with no time left (time_limit 0 or spent by the heuristics) the certificate is the
-    # bounds and heuristics above: no stage below may start and run past the deadline
-    if (not closed() and not proven_infeasible() and exact in ("auto", "arcflow", "highs")
-            and time.perf_counter() < deadline):
-        if arcflow.estimate_work(lengths, c, m) <= ARCFLOW_MAX_WORK:
-            t0 = time.perf_counter()
-            try:
-                graph = arcflow.build_graph(lengths, c, m, max_arcs=ARCFLOW_MAX_ARCS, deadline=deadline)
-            except arcflow.GraphTooLarge:
-                graph = None
-            except OutOfTime:
-                graph = None
-                s.stats.setdefault("skipped", []).append("arc-flow graph: deadline passed while building it")
-            s.stats["graph"] = None if graph is None else {"nodes": int(graph.nodes.size), "arcs": graph.num_arcs,
-                                                           "seconds": time.perf_counter() - t0}
-        if graph is not None:
-            # no floor on the LP's time (a 0.5-s floor ran time_limit 0 to 0.5 s and more);
-            # lp_bound does not start an LP that cannot finish, nor wait for a late bound
-            left = deadline - time.perf_counter()
-            lp = arcflow.lp_bound(graph, left)
-            if lp is not None:
-                s.stats["arcflow_lp"] = {"value": lp.value, "bound": lp.bound, "seconds": lp.seconds}
-                s.raise_lower(lp.bound, "arc-flow LP")
-            else:
-                s.stats["arcflow_lp"] = {"unsolved": f"{max(left, 0.0):.3f} s left for {graph.num_arcs} arcs"}
-
-    # bin-oriented LNS toward K = ceil(lower / D) D bins, where no arc-flow graph (and so no
-    # LP diving) is available (a short share of the time)
-    if not closed() and not proven_infeasible() and s.packing is not None and exact != "none" and graph is None:
-        target = min(_ceil_div(s.lower, d) * d, k_max)
-        left = deadline - time.perf_counter()
-        t0 = time.perf_counter()
-        tries: dict = {}
-        s.offer(lns.reduce_bins(lengths, c, m, s.packing, target, t0 + min(0.15 * left, 2.0), stats=tries), "LNS")
-        s.stats["LNS"] = {"bins": s.upper, "seconds": time.perf_counter() - t0, **tries}
-
-    # exact decision "B <= K" for K = ceil(lower / D) D bins, raising the lower bound on failure
-    total = int(np.sum(lengths, dtype=np.int64))
-    rng = np.random.default_rng(0)
-
-    def mip_decides(pruned, target: int, seconds: float, **note) -> bool:
-        """HiGHS branch-and-bound on the pruned graph for "B <= target": offers its packing,
-        raises the lower bound when it proves "Infeasible" (HiGHS works in floating point on
-        a 0/1 integer model: the stats say who proved it); True when the target is decided."""
-        res = arcflow.solve_mip(pruned, lengths, seconds, min_bins=s.lower, max_bins=target)
-        s.stats.setdefault("arcflow_mip", []).append({"target": target, "status": res.status,
-                                                      "seconds": res.seconds, **note})
-        s.offer(res.bin_of, "arc-flow MIP")
-        if res.status == "Infeasible":
-            s.raise_lower(target + 1, "exact search")
-            s.stats["exact_search_by"] = "HiGHS MIP"
-        return closed() or proven_infeasible() or res.status == "Infeasible"
-
-    while not closed() and not proven_infeasible() and time.perf_counter() < deadline and exact != "none":
-        target = min(_ceil_div(s.lower, d) * d, k_max)
-        left = deadline - time.perf_counter()
-        pruned = None
-        if graph is not None:
-            # K bins waste exactly K C - sum T in all: no bin may waste more (arcflow.prune)
-            pruned = arcflow.prune(graph, target * c - total)
-            if time.perf_counter() >= deadline:
-                break                                    # pruning a large graph used the last of the time
-            if exact == "auto" and pruned.arc_tail.size <= MIP_MAX_ARCS:
-                # a short HiGHS MIP first: where the LP bound is not tight, no dive can reach
-                # K bins, and diving spent half the time limit before the MIP proved it (Scholl
-                # N1C3W2_H: 30 s of a 60-s limit, then 0.03 s of MIP)
-                if mip_decides(pruned, target, min(QUICK_MIP_SECONDS, 0.1 * left), probe=True):
-                    continue
+    # Ctrl-C during the exact stages (CP-SAT's searches stop at once, HiGHS's solves at
+    # their end): raised, or the bounds and the best packing so far are the certificate
+    try:
+        graph = None
+        # with no time left (time_limit 0 or spent by the heuristics) the certificate is the
+        # bounds and heuristics above: no stage below may start and run past the deadline
+        if (not closed() and not proven_infeasible() and exact in ("auto", "arcflow", "highs")
+                and time.perf_counter() < deadline):
+            if arcflow.estimate_work(lengths, c, m) <= ARCFLOW_MAX_WORK:
+                t0 = time.perf_counter()
+                try:
+                    graph = arcflow.build_graph(lengths, c, m, max_arcs=ARCFLOW_MAX_ARCS, deadline=deadline)
+                except arcflow.GraphTooLarge:
+                    graph = None
+                except OutOfTime:
+                    graph = None
+                    s.stats.setdefault("skipped", []).append("arc-flow graph: deadline passed while building it")
+                s.stats["graph"] = None if graph is None else {"nodes": int(graph.nodes.size), "arcs": graph.num_arcs,
+                                                               "seconds": time.perf_counter() - t0}
+            if graph is not None:
+                # no floor on the LP's time (a 0.5-s floor ran time_limit 0 to 0.5 s and more);
+                # lp_bound does not start an LP that cannot finish, nor wait for a late bound
                 left = deadline - time.perf_counter()
-            # LP diving toward K bins, up to DIVE_SHARE of the time left
-            t0 = time.perf_counter()
-            small = graph.arc_tail.size <= MIP_MAX_ARCS
-            dive_end = t0 + (DIVE_SHARE if small else DIVE_SHARE_LARGE) * left
-            dives: dict = {"target": target, "dives": 0}
-            resume = None
-            while time.perf_counter() < dive_end and not closed():
-                share = DIVE_FIX_SHARES[dives["dives"] % len(DIVE_FIX_SHARES)]
-                dives["dives"] += 1
-                trail: list = []
-                s.offer(rounding.dive(graph, lengths, target, dive_end, rng, stats=dives, fix_share=share,
-                                      start=resume, trail=trail), "LP diving")
-                if not closed() and trail and time.perf_counter() < dive_end:
-                    # repair the failed dive: re-decide its last residual plus a few of its
-                    # bins exactly (HiGHS MIP on the small sub-instance)
-                    s.offer(rounding.repair(graph, lengths, target, trail[-1],
-                                            min(dive_end, time.perf_counter() + REPAIR_SECONDS * (1 if small else 4)),
-                                            rng, stats=dives, max_arcs=MIP_MAX_ARCS), "LP diving + repair")
-                    if closed():
-                        break
-                # every other failed dive resumes from a random middle state of the last one
-                # (its first LPs are the same each time), the others start afresh
-                resume = None
-                if dives["dives"] % 2 == 1 and len(trail) >= 3:
-                    resume = trail[int(rng.integers(1, len(trail) - 1))]
-            dives["seconds"] = time.perf_counter() - t0
-            s.stats.setdefault("diving", []).append(dives)
-            if closed():
-                break
+                lp = arcflow.lp_bound(graph, left)
+                if lp is not None:
+                    s.stats["arcflow_lp"] = {"value": lp.value, "bound": lp.bound, "seconds": lp.seconds}
+                    s.raise_lower(lp.bound, "arc-flow LP")
+                else:
+                    s.stats["arcflow_lp"] = {"unsolved": f"{max(left, 0.0):.3f} s left for {graph.num_arcs} arcs"}
+
+        # bin-oriented LNS toward K = ceil(lower / D) D bins, where no arc-flow graph (and so no
+        # LP diving) is available (a short share of the time)
+        if not closed() and not proven_infeasible() and s.packing is not None and exact != "none" and graph is None:
+            target = min(_ceil_div(s.lower, d) * d, k_max)
             left = deadline - time.perf_counter()
-        hint = None
-        if pruned is not None and s.packing is not None and left > 0:
-            hint = arcflow.hint_from_bins(pruned, lengths, s.packing)
-            left = deadline - time.perf_counter()       # the exact models' budgets end at the deadline
-        if left <= 0:
-            break                                        # diving used the time: no exact model past the deadline
-        if graph is not None and exact == "highs":
-            res = arcflow.solve_mip(pruned, lengths, left, min_bins=s.lower, max_bins=target, hint=hint)
-            s.stats.setdefault("arcflow_mip", []).append({"target": target, "status": res.status, "seconds": res.seconds})
+            t0 = time.perf_counter()
+            tries: dict = {}
+            s.offer(lns.reduce_bins(lengths, c, m, s.packing, target, t0 + min(0.15 * left, 2.0), stats=tries), "LNS")
+            s.stats["LNS"] = {"bins": s.upper, "seconds": time.perf_counter() - t0, **tries}
+
+        # exact decision "B <= K" for K = ceil(lower / D) D bins, raising the lower bound on failure
+        total = int(np.sum(lengths, dtype=np.int64))
+        rng = np.random.default_rng(0)
+
+        def mip_decides(pruned, target: int, seconds: float, **note) -> bool:
+            """HiGHS branch-and-bound on the pruned graph for "B <= target": offers its packing,
+            raises the lower bound when it proves "Infeasible" (HiGHS works in floating point on
+            a 0/1 integer model: the stats say who proved it); True when the target is decided."""
+            res = arcflow.solve_mip(pruned, lengths, seconds, min_bins=s.lower, max_bins=target)
+            s.stats.setdefault("arcflow_mip", []).append({"target": target, "status": res.status,
+                                                          "seconds": res.seconds, **note})
             s.offer(res.bin_of, "arc-flow MIP")
-            if res.bound > s.lower:
+            if res.status == "Infeasible":
+                s.raise_lower(target + 1, "exact search")
                 s.stats["exact_search_by"] = "HiGHS MIP"
-            s.raise_lower(res.bound, "exact search")
-            if res.bin_of is None and res.bound <= s.lower and res.status != "Infeasible":
-                break                                    # time limit without progress
-            continue
-        if graph is not None and exact in ("auto", "arcflow"):
-            if exact == "auto" and pruned.arc_tail.size <= MIP_MAX_ARCS:
-                # HiGHS branch-and-bound on the pruned graph: it proves "not in K bins" where
-                # the LP bound is not tight (Scholl N1C3W2_H, LP = 22, B = 23: 0.03 s)
-                # and CP-SAT stalls; only on small graphs, where its LPs are fast and it keeps
-                # to its time limit (large ones can overrun it by LP solves of seconds)
-                if mip_decides(pruned, target, MIP_SHARE * left):
-                    continue
-                left = deadline - time.perf_counter()
-                if left <= 0:
+            return closed() or proven_infeasible() or res.status == "Infeasible"
+
+        while not closed() and not proven_infeasible() and time.perf_counter() < deadline and exact != "none":
+            target = min(_ceil_div(s.lower, d) * d, k_max)
+            left = deadline - time.perf_counter()
+            pruned = None
+            if graph is not None:
+                # K bins waste exactly K C - sum T in all: no bin may waste more (arcflow.prune)
+                pruned = arcflow.prune(graph, target * c - total)
+                if time.perf_counter() >= deadline:
+                    break                                    # pruning a large graph used the last of the time
+                if exact == "auto" and pruned.arc_tail.size <= MIP_MAX_ARCS:
+                    # a short HiGHS MIP first: where the LP bound is not tight, no dive can reach
+                    # K bins, and diving spent half the time limit before the MIP proved it (Scholl
+                    # N1C3W2_H: 30 s of a 60-s limit, then 0.03 s of MIP)
+                    if mip_decides(pruned, target, min(QUICK_MIP_SECONDS, 0.1 * left), probe=True):
+                        continue
+                    left = deadline - time.perf_counter()
+                # LP diving toward K bins, up to DIVE_SHARE of the time left
+                t0 = time.perf_counter()
+                small = graph.arc_tail.size <= MIP_MAX_ARCS
+                dive_end = t0 + (DIVE_SHARE if small else DIVE_SHARE_LARGE) * left
+                dives: dict = {"target": target, "dives": 0}
+                resume = None
+                while time.perf_counter() < dive_end and not closed():
+                    share = DIVE_FIX_SHARES[dives["dives"] % len(DIVE_FIX_SHARES)]
+                    dives["dives"] += 1
+                    trail: list = []
+                    s.offer(rounding.dive(graph, lengths, target, dive_end, rng, stats=dives, fix_share=share,
+                                          start=resume, trail=trail), "LP diving")
+                    if not closed() and trail and time.perf_counter() < dive_end:
+                        # repair the failed dive: re-decide its last residual plus a few of its
+                        # bins exactly (HiGHS MIP on the small sub-instance)
+                        s.offer(rounding.repair(graph, lengths, target, trail[-1],
+                                                min(dive_end, time.perf_counter() + REPAIR_SECONDS * (1 if small else 4)),
+                                                rng, stats=dives, max_arcs=MIP_MAX_ARCS), "LP diving + repair")
+                        if closed():
+                            break
+                    # every other failed dive resumes from a random middle state of the last one
+                    # (its first LPs are the same each time), the others start afresh
+                    resume = None
+                    if dives["dives"] % 2 == 1 and len(trail) >= 3:
+                        resume = trail[int(rng.integers(1, len(trail) - 1))]
+                dives["seconds"] = time.perf_counter() - t0
+                s.stats.setdefault("diving", []).append(dives)
+                if closed():
                     break
-            res = arcflow.cpsat_decide(pruned, lengths, target, left, hint=hint)
-            s.stats.setdefault("arcflow_cpsat", []).append({"target": target, "status": res.status, "seconds": res.seconds})
-        elif n * target <= CPSAT_MAX_VARS and exact in ("auto", "cpsat"):
-            res = cpsat.fits_in_bins(lengths, c, target, m, left, hint=s.packing)
-            s.stats.setdefault("cpsat", []).append({"target": target, "status": res.status, "seconds": res.seconds})
-        else:
-            break
-        if res.status == "feasible":
-            before = s.upper
-            s.offer(res.bin_of, "exact search")
-            if s.upper == before:
-                break                                    # a packing that failed verification
-        elif res.status == "infeasible":
-            s.raise_lower(target + 1, "exact search")
-            s.stats["exact_search_by"] = "CP-SAT"
-        else:
-            break
+                left = deadline - time.perf_counter()
+            hint = None
+            if pruned is not None and s.packing is not None and left > 0:
+                hint = arcflow.hint_from_bins(pruned, lengths, s.packing)
+                left = deadline - time.perf_counter()       # the exact models' budgets end at the deadline
+            if left <= 0:
+                break                                        # diving used the time: no exact model past the deadline
+            if graph is not None and exact == "highs":
+                res = arcflow.solve_mip(pruned, lengths, left, min_bins=s.lower, max_bins=target, hint=hint)
+                s.stats.setdefault("arcflow_mip", []).append({"target": target, "status": res.status, "seconds": res.seconds})
+                s.offer(res.bin_of, "arc-flow MIP")
+                if res.bound > s.lower:
+                    s.stats["exact_search_by"] = "HiGHS MIP"
+                s.raise_lower(res.bound, "exact search")
+                if res.bin_of is None and res.bound <= s.lower and res.status != "Infeasible":
+                    break                                    # time limit without progress
+                continue
+            if graph is not None and exact in ("auto", "arcflow"):
+                if exact == "auto" and pruned.arc_tail.size <= MIP_MAX_ARCS:
+                    # HiGHS branch-and-bound on the pruned graph: it proves "not in K bins" where
+                    # the LP bound is not tight (Scholl N1C3W2_H, LP = 22, B = 23: 0.03 s)
+                    # and CP-SAT stalls; only on small graphs, where its LPs are fast and it keeps
+                    # to its time limit (large ones can overrun it by LP solves of seconds)
+                    if mip_decides(pruned, target, MIP_SHARE * left):
+                        continue
+                    left = deadline - time.perf_counter()
+                    if left <= 0:
+                        break
+                res = arcflow.cpsat_decide(pruned, lengths, target, left, hint=hint)
+                s.stats.setdefault("arcflow_cpsat", []).append({"target": target, "status": res.status, "seconds": res.seconds})
+            elif n * target <= CPSAT_MAX_VARS and exact in ("auto", "cpsat"):
+                res = cpsat.fits_in_bins(lengths, c, target, m, left, hint=s.packing)
+                s.stats.setdefault("cpsat", []).append({"target": target, "status": res.status, "seconds": res.seconds})
+            else:
+                break
+            if res.status == "feasible":
+                before = s.upper
+                s.offer(res.bin_of, "exact search")
+                if s.upper == before:
+                    break                                    # a packing that failed verification
+            elif res.status == "infeasible":
+                s.raise_lower(target + 1, "exact search")
+                s.stats["exact_search_by"] = "CP-SAT"
+            else:
+                break
+    except KeyboardInterrupt:
+        if on_interrupt == "raise":
+            raise
+        s.stats["interrupted"] = True
 
     lower_rows = _ceil_div(s.lower, d)
     if proven_infeasible():
@@ -487,7 +500,8 @@ def _largest_slots(s: _Search, n: int) -> int:
     return 0
 
 
-def certify_rows(window: Window, cluster: Cluster, time_limit: float = 10.0, exact: str = "auto") -> RowCertificate:
+def certify_rows(window: Window, cluster: Cluster, time_limit: float = 10.0, exact: str = "auto",
+                 on_interrupt: str = "raise") -> RowCertificate:
     """Certified minimum row count R* of ``window`` on ``cluster``.
 
     Parameters
@@ -498,8 +512,8 @@ def certify_rows(window: Window, cluster: Cluster, time_limit: float = 10.0, exa
         D = ``cluster.dp``, C = ``cluster.capacity``, m = ``cluster.max_samples_per_cell``.
     time_limit
         Seconds for the whole certification.
-    exact
-        Exact model choice, see :func:`certify_bins`.
+    exact, on_interrupt
+        Exact model choice and what a Ctrl-C does, see :func:`certify_bins`.
 
     Returns
     -------
@@ -508,7 +522,8 @@ def certify_rows(window: Window, cluster: Cluster, time_limit: float = 10.0, exa
         and a witness when the time ran out; ``infeasible`` with ``reason`` and ``fix``.
     """
     lengths = window.lengths if isinstance(window, Window) else np.asarray(window)
-    return certify_bins(lengths, cluster.capacity, cluster.dp, cluster.max_samples_per_cell, time_limit, exact)
+    return certify_bins(lengths, cluster.capacity, cluster.dp, cluster.max_samples_per_cell, time_limit, exact,
+                        on_interrupt)
 
 
 def read_bpplib(path) -> tuple[np.ndarray, int]:
