@@ -433,9 +433,13 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
         # the pooled model is as large as the model: both builds must still fit
         seconds = min(POOLED_SHARE * left, left - 2 * build)
         if seconds >= 1.0:
-            stats["pooled"] = pooled_level_bound(instance, placement, int(num_rows), obj, start, seconds, seed,
-                                                 workers=workers, subsolvers=subsolvers, symmetry=symmetry,
-                                                 tighten=tighten, together=together)
+            try:
+                stats["pooled"] = pooled_level_bound(instance, placement, int(num_rows), obj, start, seconds,
+                                                     seed, workers=workers, subsolvers=subsolvers,
+                                                     symmetry=symmetry, tighten=tighten, together=together)
+            except KeyboardInterrupt:  # between its solver's calls (a Ctrl-C inside one comes back marked)
+                stats["pooled"] = {"bound": None, "status": "interrupted"}
+                stats["interrupted"] = True
             if stats["pooled"].pop("interrupted", False):
                 stats["interrupted"] = True
         else:
