@@ -1,15 +1,22 @@
-"""HiGHS prints a banner on stdout the first time a solver object is made in a process.
+"""HiGHS through highspy: its banner, and Ctrl-C.
 
+HiGHS prints a banner on stdout the first time a solver object is made in a process.
 Stdout belongs to the caller (``--json`` output, a trainer's logs), so every module that
 uses HiGHS calls :func:`silence_banner` on import: the first solver object is then made
 with stdout pointing at stderr, and the banner never reaches stdout. The CLI drops it
 altogether unless asked to be verbose (``keep=True`` sends it to stderr).
+
+``Highs.run`` holds the calling thread until HiGHS ends, so a Ctrl-C waited for the end of
+the solve; :func:`run` stops it at once (HiGHS's user interrupt, about 2 % slower on an
+arc-flow LP of Hard28) and raises KeyboardInterrupt.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+
+from ._stoppable import call_stoppable
 
 _done = False
 
@@ -40,3 +47,15 @@ def silence_banner(keep: bool = True) -> None:
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
+
+
+def run(h) -> None:
+    """``h.run()``, stopped at once by a Ctrl-C, which is then raised as KeyboardInterrupt
+    (HiGHS's answer so far stays in ``h``). highspy without user interrupts runs as it is."""
+    if not hasattr(h, "cancelSolve"):  # pragma: no cover - highspy < 1.8
+        h.run()
+        return
+    h.HandleUserInterrupt = True
+    _, stopped = call_stoppable(h.run, h.cancelSolve)
+    if stopped:
+        raise KeyboardInterrupt("HiGHS solve interrupted (Ctrl-C)")

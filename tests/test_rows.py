@@ -394,3 +394,16 @@ def test_ctrl_c_during_certification_keeps_the_bounds(ctrl_c):
     assert "interrupted" in cert.summary()
     bins = cert.witness.cell_of
     assert np.bincount(bins, weights=lengths).max() <= 1000
+
+
+def test_ctrl_c_stops_a_highs_solve_at_once(ctrl_c):
+    """HiGHS held the thread until its solve ended, so a Ctrl-C waited for it (seconds on
+    the arc-flow LPs of large windows; about 5 s for this one); now HiGHS is told to stop
+    and the interrupt is raised at once."""
+    lengths = np.random.default_rng(0).integers(20, 400, 800)
+    graph = arcflow.build_graph(lengths, 1000)
+    ctrl_c(0.3)
+    start = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        arcflow.lp_bound(graph, 60.0)
+    assert time.perf_counter() - start < 2.0

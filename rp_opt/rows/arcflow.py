@@ -22,7 +22,7 @@ import highspy
 import numpy as np
 import scipy.sparse as sp
 
-from .._highs import silence_banner
+from .._highs import run as run_highs, silence_banner
 from .clock import OutOfTime, build_and_solve, past, ticking
 
 silence_banner()  # the banner would go to stdout (see rp_opt._highs)
@@ -307,7 +307,7 @@ def lp_bound(graph: ArcFlowGraph, time_limit: float) -> LPBound | None:
     h.setOptionValue("solver", "ipm")
     h.setOptionValue("run_crossover", "off")
     pass_model(h, graph, integral=False)
-    h.run()
+    run_highs(h)
     if h.getModelStatus() not in (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kUnknown):
         return None
     value = float(h.getInfo().objective_function_value)
@@ -426,7 +426,7 @@ def solve_mip(graph: ArcFlowGraph, lengths: np.ndarray, time_limit: float, min_b
         sol.col_value = list(hint)
         sol.value_valid = True
         h.setSolution(sol)
-    h.run()
+    run_highs(h)
     status = h.modelStatusToString(h.getModelStatus())
     info = h.getInfo()
     bin_of = None

@@ -18,6 +18,7 @@ import time
 import highspy
 import numpy as np
 
+from .. import _highs
 from . import arcflow
 from .clock import OutOfTime
 
@@ -38,7 +39,7 @@ def lp_flow(graph: arcflow.ArcFlowGraph, max_bins: int, time_limit: float) -> np
         h.setOptionValue("solver", "ipm")
         h.setOptionValue("run_crossover", "on")
     arcflow.pass_model(h, graph, integral=False, max_bins=max_bins)
-    h.run()
+    _highs.run(h)
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None
     return np.asarray(h.getSolution().col_value)
