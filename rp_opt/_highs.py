@@ -8,11 +8,13 @@ altogether unless asked to be verbose (``keep=True`` sends it to stderr).
 
 ``Highs.run`` holds the calling thread until HiGHS ends, so a Ctrl-C waited for the end of
 the solve; :func:`run` stops it at once (HiGHS's user interrupt, about 2 % slower on an
-arc-flow LP of Hard28) and raises KeyboardInterrupt.
+arc-flow LP of Hard28) and raises KeyboardInterrupt. :func:`solve_pyomo` does the same
+for Pyomo's ``appsi_highs`` interface (which turns HiGHS's interrupt on itself).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -59,3 +61,29 @@ def run(h) -> None:
     _, stopped = call_stoppable(h.run, h.cancelSolve)
     if stopped:
         raise KeyboardInterrupt("HiGHS solve interrupted (Ctrl-C)")
+
+
+def solve_pyomo(opt, model):
+    """``opt.solve(model)`` for a Pyomo ``appsi_highs`` solver, stopped by a Ctrl-C, which is
+    then raised as KeyboardInterrupt. The stop goes to the highspy object the interface
+    keeps (``_solver_model``; without one, e.g. while Pyomo builds the model, it is tried
+    again until the solve ends)."""
+    def stop():
+        inner = getattr(opt, "_solver_model", None)
+        if inner is not None and hasattr(inner, "cancelSolve"):
+            inner.cancelSolve()
+
+    # the interface warns of HiGHS's "interrupted" status, which is ours: not shown
+    pyomo_log = logging.getLogger("pyomo.contrib.appsi.solvers.highs")
+    pyomo_log.addFilter(_drop_interrupt_warning)
+    try:
+        res, stopped = call_stoppable(lambda: opt.solve(model), stop)
+    finally:
+        pyomo_log.removeFilter(_drop_interrupt_warning)
+    if stopped:
+        raise KeyboardInterrupt("HiGHS solve interrupted (Ctrl-C)")
+    return res
+
+
+def _drop_interrupt_warning(record) -> bool:
+    return "kInterrupt" not in record.getMessage()

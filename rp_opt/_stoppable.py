@@ -13,10 +13,11 @@ from typing import Any, Callable
 
 
 def call_stoppable(call: Callable[[], Any], stop: Callable[[], Any]) -> tuple[Any, bool]:
-    """``(call(), stopped)``: ``call`` runs in a thread; a Ctrl-C while it runs calls ``stop``
-    (then waits for ``call``'s answer; a second Ctrl-C does the same) and ``stopped`` is
-    True. Outside the main thread, where Python takes no signals, ``call`` runs as it is.
-    An exception raised by ``call`` is raised here."""
+    """``(call(), stopped)``: ``call`` runs in a thread; after a Ctrl-C while it runs,
+    ``stop`` is called every 0.1 s until ``call`` returns (a solver may not be ready to stop
+    at the first one, e.g. while its model is still being built), and ``stopped`` is True.
+    Outside the main thread, where Python takes no signals, ``call`` runs as it is. An
+    exception raised by ``call`` is raised here."""
     if threading.current_thread() is not threading.main_thread():
         return call(), False
     box, done = {}, threading.Event()
@@ -35,9 +36,10 @@ def call_stoppable(call: Callable[[], Any], stop: Callable[[], Any]) -> tuple[An
     # marked as ended while it still runs (CPython 3.11)
     while not done.is_set():
         try:
-            done.wait()
+            done.wait(0.1 if stopped else None)
         except KeyboardInterrupt:
             stopped = True
+        if stopped:
             stop()
     if "error" in box:
         raise box["error"]

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._cpsat import solve
-from .._highs import silence_banner
+from .._highs import silence_banner, solve_pyomo
 from ..errors import InputError, number, require
 from ..result import FEASIBLE, NO_SOLUTION, OPTIMAL, relative_gap
 from ..solution import Layout, Placement
@@ -248,7 +248,7 @@ def _solve_highs(problem, obj, order, warm, warm_value, time_limit, mip_gap):
         opt.config.time_limit = float(time_limit)
     opt.config.mip_gap = float(mip_gap)
     opt.highs_options = {"threads": 1, "output_flag": False}
-    res = opt.solve(m)
+    res = solve_pyomo(opt, m)
     term = str(res.termination_condition).split(".")[-1]
     ranks = None
     if res.best_feasible_objective is not None:

@@ -15,7 +15,7 @@ import pyomo.environ as pe
 from pyomo.contrib.appsi.base import TerminationCondition
 from pyomo.contrib.appsi.solvers import Highs
 
-from ..._highs import silence_banner
+from ..._highs import silence_banner, solve_pyomo
 from ...cost import Objective, attention_waste
 from ...solution import Layout
 from .common import Budget, PackingData, linearize_aggregate, symmetry_chains
@@ -127,7 +127,7 @@ class PyomoPacking:
         for (i, c), v in self.m.y.items():
             v.fix(int(layout.cell_of[i] == c))
         self.m.obj = pe.Objective(expr=self.levels[0], sense=pe.minimize)
-        res = opt.solve(self.m)
+        res = solve_pyomo(opt, self.m)
         ok = res.termination_condition == TerminationCondition.optimal
         if ok:
             res.solution_loader.load_vars()
@@ -183,7 +183,7 @@ class PyomoPacking:
             m.obj.set_value(expr)
             opt.config.time_limit = max(budget.for_level(k, n) - late, 0.01)
             t0 = time.perf_counter()
-            res = opt.solve(m)
+            res = solve_pyomo(opt, m)
             secs = time.perf_counter() - t0
             late = max(late, secs - opt.config.time_limit)
             tc = res.termination_condition
@@ -258,7 +258,7 @@ def relaxation_bound(data: PackingData, objective: Objective, mode: str | None, 
         opt.config.time_limit = left
         # only the dual bound is wanted: no primal heuristics
         opt.highs_options = {"random_seed": int(seed), "mip_abs_gap": 1e-9, "mip_heuristic_effort": 0.0}
-        res = opt.solve(m)
+        res = solve_pyomo(opt, m)
         tc = res.termination_condition
         bound = res.best_objective_bound
         step = {"integral": int((~relax).sum()), "status": tc.name}
