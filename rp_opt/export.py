@@ -16,18 +16,22 @@ are E physical slots per layer).
 Within a rank, slots are given to experts so that an expert that stays on its rank also
 stays in the slot it held (when the previous ``phy2log`` is given): a trainer then copies
 only the experts that move. Without a previous map, experts fill their rank's slots in
-increasing expert order.
+increasing expert order. With one, :func:`export_plan` first relabels the plan's ranks per
+layer (:func:`relabel_to_previous`; rank labels are symmetric, so the cost stays) so that
+as many experts as possible stay on the rank that holds them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 import numpy as np
 
 from .errors import InputError, require
 from .io import check_writable
+from .materialise import relabel
 from .result import Plan
 from .solution import Layout, Placement
 
@@ -103,6 +107,27 @@ def microbatch_lists(layout: Layout) -> tuple[np.ndarray, np.ndarray]:
     return order.astype(np.int64), offsets
 
 
+def placement_in_force(previous_phy2log: np.ndarray, num_ranks: int) -> Placement:
+    """The placement a physical map puts in force: the expert in slot s is on rank
+    s div (E/P). ``previous_phy2log`` [L, E] must be a checked map (:func:`checked_phy2log`)."""
+    prev = np.asarray(previous_phy2log)
+    return Placement(np.argsort(prev, axis=1) // (prev.shape[1] // num_ranks), num_ranks)
+
+
+def relabel_to_previous(plan: Plan, previous_phy2log: np.ndarray) -> tuple[Plan, dict]:
+    """``plan`` with its ranks relabelled per layer so that the most experts stay on the rank
+    that holds them under the map in force (rank labels are symmetric: the score stays),
+    and how many stay: ``experts`` (L E), ``kept_on_rank``, ``kept_without_relabelling``."""
+    placement = plan.placement
+    prev = checked_phy2log(previous_phy2log, placement.num_layers, placement.num_experts)
+    current = placement_in_force(prev, placement.num_ranks)
+    new = relabel(current, placement)
+    info = {"experts": int(placement.ranks.size),
+            "kept_on_rank": int(np.sum(new.ranks == current.ranks)),
+            "kept_without_relabelling": int(np.sum(placement.ranks == current.ranks))}
+    return replace(plan, placement=new), info
+
+
 def export_arrays(plan: Plan, previous_phy2log: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Every array of the ``.npz`` export of ``plan``."""
     phy2log, log2phy = physical_maps(plan.placement, previous_phy2log)
@@ -117,7 +142,7 @@ def export_arrays(plan: Plan, previous_phy2log: np.ndarray | None = None) -> dic
 
 
 def export_plan(plan: Plan, prefix: str | os.PathLike, previous_phy2log: np.ndarray | None = None,
-                extra: dict | None = None) -> tuple[str, str]:
+                extra: dict | None = None, relabel_ranks: bool = True) -> tuple[str, str]:
     """Write ``PREFIX.json`` (plan file + per-slot microbatch lists) and ``PREFIX.npz``.
 
     Parameters
@@ -130,12 +155,19 @@ def export_plan(plan: Plan, prefix: str | os.PathLike, previous_phy2log: np.ndar
         The physical map in force (keeps staying experts in their slots).
     extra
         More JSON fields (e.g. the migration summary).
+    relabel_ranks
+        With ``previous_phy2log``: relabel the plan's ranks first
+        (:func:`relabel_to_previous`; the JSON's ``relabelled`` says how many experts stay
+        on their rank). The exported placement is then the relabelled one.
 
     Returns
     -------
     (json_path, npz_path)
     """
     prefix = os.fspath(prefix)
+    relabelled = None
+    if previous_phy2log is not None and relabel_ranks:
+        plan, relabelled = relabel_to_previous(plan, previous_phy2log)
     arrays = export_arrays(plan, previous_phy2log)
     num_ranks = plan.placement.num_ranks
     data = plan.to_dict()
@@ -149,6 +181,8 @@ def export_plan(plan: Plan, prefix: str | os.PathLike, previous_phy2log: np.ndar
         "microbatches": [[samples[offsets[d, r]:offsets[d, r + 1]].tolist() for r in range(plan.layout.num_rows)]
                          for d in range(plan.layout.num_slots)],
     })
+    if relabelled is not None:
+        data["relabelled"] = relabelled
     if extra:
         data.update(extra)
     json_path, npz_path = prefix + ".json", prefix + ".npz"

@@ -142,7 +142,7 @@ def test_export_help_says_what_o_takes(capsys):
 def test_export_write_failure_is_one_line(files, capsys, monkeypatch, tmp_path):
     import rp_opt.export
 
-    def broken(plan, prefix, previous=None, extra=None):
+    def broken(plan, prefix, previous=None, extra=None, **options):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(rp_opt.export, "export_plan", broken)

@@ -9,7 +9,8 @@ from hypothesis import given, settings, strategies as st
 
 from rp_opt import Layout, Placement, check
 from rp_opt.cli import main
-from rp_opt.export import export_plan, load_export, microbatch_lists, physical_maps
+from rp_opt.export import (export_plan, load_export, microbatch_lists, physical_maps, placement_in_force,
+                           relabel_to_previous)
 from rp_opt.io import save_instance, save_plan
 from rp_opt.solvers import get_solver
 
@@ -106,3 +107,43 @@ def test_cli_rejects_invalid_plan(tmp_path, capsys):
     assert not (tmp_path / "x.npz").exists()
     code = main(["export", str(tmp_path / "w.npz"), str(tmp_path / "missing.json"), "-o", str(tmp_path / "x")])
     assert code == 2
+
+
+def test_relabel_to_previous_hand():
+    """L = 1, E = 4, P = 2, identity map in force (rank 0: e0 e1, rank 1: e2 e3). The plan
+    puts e2, e3 on rank 0 and e0, e1 on rank 1: as planned no expert stays; swapping the
+    two rank labels (same cost) keeps all four, and the maps then move nothing."""
+    from rp_opt.result import Plan
+
+    identity = np.array([[0, 1, 2, 3]])
+    assert placement_in_force(identity, 2).ranks.tolist() == [[0, 0, 1, 1]]
+    plan = Plan(Placement(np.array([[1, 1, 0, 0]]), 2), Layout(np.array([0, 1]), 1, 2), "sync", None)
+    relabelled, info = relabel_to_previous(plan, identity)
+    assert relabelled.placement.ranks.tolist() == [[0, 0, 1, 1]]
+    assert info == {"experts": 4, "kept_on_rank": 4, "kept_without_relabelling": 0}
+    assert physical_maps(relabelled.placement, identity)[0].tolist() == [[0, 1, 2, 3]]
+
+
+def test_export_with_previous_relabels_ranks(tmp_path, capsys):
+    """`export --previous` kept experts in their slots only where the plan's rank labels
+    happened to match: a plan exported twice against its own first export moved experts.
+    Now the ranks are relabelled first (same score, checked): every expert stays."""
+    from conftest import random_instance
+
+    instance = random_instance(5, n=16, layers=3, experts=8, dp=2, ep=4, capacity=64)
+    result = get_solver("lpt-ffd")(instance, objective="sync")
+    save_instance(tmp_path / "w.npz", instance)
+    save_plan(tmp_path / "p.json", result.plan)
+    args = ["export", str(tmp_path / "w.npz"), str(tmp_path / "p.json"), "--json"]
+    assert main(args + ["-o", str(tmp_path / "first"), "--previous", "identity"]) == 0
+    first = json.loads(capsys.readouterr().out)["relabelled"]
+    assert first["kept_on_rank"] >= first["kept_without_relabelling"]
+    assert main(args + ["-o", str(tmp_path / "again"), "--previous", str(tmp_path / "first.npz")]) == 0
+    again = json.loads(capsys.readouterr().out)["relabelled"]
+    assert again["kept_on_rank"] == again["experts"] == 24
+    before, after = load_export(tmp_path / "first.npz"), load_export(tmp_path / "again.npz")
+    assert np.array_equal(before["phy2log"], after["phy2log"])      # nothing moves
+    # the exported plan file (relabelled placement) is valid and scores as the plan
+    assert main(["eval", str(tmp_path / "w.npz"), str(tmp_path / "again.json"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["valid"] and np.allclose(report["score"], result.plan.score)

@@ -24,7 +24,8 @@ def register(sub) -> None:
                         "exists (-o runs/step3 writes runs/step3.json and runs/step3.npz); an existing "
                         "directory is refused, not written into or beside")
     p.add_argument("--previous", metavar="EXPORT.npz",
-                   help="export of the placement in force: experts that stay on their rank keep their slot; "
+                   help="export of the placement in force: the plan's ranks are relabelled per layer (same "
+                        "cost) so that the most experts stay on their rank, and those keep their slot; "
                         "'identity' when slot e holds expert e (a trainer's first step); without it each "
                         "rank's slots are filled anew")
     add_json(p)
@@ -45,7 +46,7 @@ def _read_previous(path: str) -> dict:
 
 
 def run(args) -> int:
-    from ..export import checked_phy2log, export_plan
+    from ..export import checked_phy2log, export_plan, relabel_to_previous
 
     name = os.path.basename(args.output)
     require(name not in ("", ".", ".."), "-o", f"must end in a file name (the prefix of .json and .npz), "
@@ -91,16 +92,24 @@ def run(args) -> int:
         # checked here, before anything is written (the writer's own check reads as '-o')
         previous = checked_phy2log(arrays["phy2log"], plan.placement.num_layers, plan.placement.num_experts,
                                    "--previous", f"{args.previous}: phy2log ")
+    relabelled = None
+    if previous is not None:
+        # rank labels are symmetric: relabel so that the most experts stay where they are
+        plan, relabelled = relabel_to_previous(plan, previous)
     written: list[str] = []
     # a write that fails after the checks (disk full) is one line, and the summary still prints
     # the export is a plan file too: stamped with its window, as plan -o writes them (the
     # plan's own stamp, when it has one, was checked against this window above)
     stamp = {FINGERPRINT_KEY: data.get(FINGERPRINT_KEY) or window_fingerprint(instance.window)}
-    error = write_output(lambda prefix: written.extend(export_plan(plan, prefix, previous, stamp)), args.output)
+    extra = {**stamp, "relabelled": relabelled} if relabelled else stamp
+    error = write_output(lambda prefix: written.extend(export_plan(plan, prefix, previous, extra, relabel_ranks=False)),
+                         args.output)
     json_path, npz_path = written if not error else (None, None)
     out = {"valid": True, "json": json_path, "npz": npz_path, "num_rows": plan.num_rows,
            "num_layers": plan.placement.num_layers, "num_experts": plan.placement.num_experts,
            "num_ranks": plan.placement.num_ranks}
+    if relabelled:
+        out["relabelled"] = relabelled
     if error:
         out["write_error"] = error
     if args.json:
@@ -109,4 +118,7 @@ def run(args) -> int:
         print(f"{'not written' if error else f'wrote {json_path} and {npz_path}'} ({plan.num_rows} rows x "
               f"{instance.cluster.dp} slots, {plan.placement.num_layers} layers x {plan.placement.num_experts} "
               f"experts on {plan.placement.num_ranks} ranks)")
+        if relabelled:
+            print(f"experts on the rank that holds them now: {relabelled['kept_on_rank']} of {relabelled['experts']} "
+                  f"(ranks relabelled; {relabelled['kept_without_relabelling']} as planned)")
     return 2 if error else 0
