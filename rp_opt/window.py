@@ -53,13 +53,14 @@ def _is_frozen(array: np.ndarray) -> bool:
 
 
 class _ArrayFields:
-    """``==`` and ``hash`` for frozen dataclasses that hold numpy arrays.
+    """``==``, ``hash`` and copies for frozen dataclasses that hold numpy arrays.
 
     The dataclass ``==`` compares tuples of fields, and an array field made it raise
     "truth value of an array is ambiguous". Here ``==`` compares contents (arrays by
     shape and values, other fields with ``==``; fields with ``compare=False`` are skipped),
     and the objects are unhashable (``hash`` raises :class:`TypeError`), like the arrays
     they hold. Subclasses are declared with ``eq=False`` so that the dataclass keeps these.
+    Copies (``copy``, ``deepcopy``, ``pickle``) keep their arrays read-only.
     """
 
     def __eq__(self, other):
@@ -78,6 +79,12 @@ class _ArrayFields:
         return True
 
     __hash__ = None
+
+    def __setstate__(self, state):
+        # a copy or an unpickled object holds new arrays, which numpy makes writable: they
+        # are frozen as the constructor freezes its own (they are private: no copy)
+        for name, value in state.items():
+            object.__setattr__(self, name, _frozen(value) if isinstance(value, np.ndarray) else value)
 
 
 def compact_counts(demand: np.ndarray, name: str = "demand") -> np.ndarray:

@@ -146,3 +146,23 @@ def test_window_and_instance_compare_contents_and_are_unhashable():
     for thing, name in ((window, "Window"), (inst, "Instance")):
         with pytest.raises(TypeError, match=f"unhashable type: '{name}'"):
             hash(thing)
+
+
+def test_copies_keep_arrays_read_only():
+    """``copy``, ``deepcopy`` and ``pickle`` gave a window (and a placement) writable arrays:
+    numpy makes its copies writable, and the "frozen" data could then change under a
+    planner. The copies are now frozen as the constructor freezes, and equal the original."""
+    import copy
+    import pickle
+
+    from rp_opt import Placement
+
+    window = Window(np.array([3, 1, 2]), np.array([[[2, 1]], [[0, 1]], [[1, 1]]]), 1)
+    placement = Placement(np.array([[0, 1, 1, 0]]), 2)
+    for make in (copy.copy, copy.deepcopy, lambda x: pickle.loads(pickle.dumps(x))):
+        for original, arrays in ((window, ("lengths", "demand", "attn_work")), (placement, ("ranks",))):
+            clone = make(original)
+            assert clone == original
+            for name in arrays:
+                with pytest.raises(ValueError):
+                    getattr(clone, name)[0] = 1
