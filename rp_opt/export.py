@@ -121,11 +121,16 @@ def relabel_to_previous(plan: Plan, previous_phy2log: np.ndarray) -> tuple[Plan,
     placement = plan.placement
     prev = checked_phy2log(previous_phy2log, placement.num_layers, placement.num_experts)
     current = placement_in_force(prev, placement.num_ranks)
-    new = relabel(current, placement)
+    relabelled = relabel(current, placement).ranks
+    kept_before = np.sum(placement.ranks == current.ranks, axis=1)
+    # a layer whose labels already keep the most (e.g. a Planner's plan, relabelled when it
+    # was made) keeps them: another optimal labelling would only disagree with its maker
+    ranks = np.where((np.sum(relabelled == current.ranks, axis=1) > kept_before)[:, None], relabelled,
+                     placement.ranks)
     info = {"experts": int(placement.ranks.size),
-            "kept_on_rank": int(np.sum(new.ranks == current.ranks)),
-            "kept_without_relabelling": int(np.sum(placement.ranks == current.ranks))}
-    return replace(plan, placement=new), info
+            "kept_on_rank": int(np.sum(ranks == current.ranks)),
+            "kept_without_relabelling": int(kept_before.sum())}
+    return replace(plan, placement=Placement(ranks, placement.num_ranks)), info
 
 
 def export_arrays(plan: Plan, previous_phy2log: np.ndarray | None = None) -> dict[str, np.ndarray]:

@@ -122,6 +122,11 @@ def test_relabel_to_previous_hand():
     assert relabelled.placement.ranks.tolist() == [[0, 0, 1, 1]]
     assert info == {"experts": 4, "kept_on_rank": 4, "kept_without_relabelling": 0}
     assert physical_maps(relabelled.placement, identity)[0].tolist() == [[0, 1, 2, 3]]
+    # a layer whose labels already keep the most keeps them, ties included: ranks
+    # [0, 1, 0, 1] keep two experts under either labelling
+    tied = Plan(Placement(np.array([[0, 1, 0, 1]]), 2), plan.layout, "sync", None)
+    same, info = relabel_to_previous(tied, identity)
+    assert same.placement.ranks.tolist() == [[0, 1, 0, 1]] and info["kept_on_rank"] == 2
 
 
 def test_export_with_previous_relabels_ranks(tmp_path, capsys):
