@@ -204,24 +204,14 @@ def test_stats_say_whether_the_run_repeats():
 # ----------------------------------------------------------------------- Ctrl-C
 
 @pytest.mark.parametrize("options", [{"temperatures": 100000, "replicas": 4}, {}])
-def test_ctrl_c_returns_the_best_plan_so_far(options):
+def test_ctrl_c_returns_the_best_plan_so_far(options, ctrl_c):
     """QA item 10: KeyboardInterrupt during the anneal (fixed schedule) or the time-limited
     search ends the run with a valid plan marked ``interrupted`` instead of losing it."""
-    import os
-    import signal
-    import threading
-
     inst = tiny()
-    # Python's own handler (a solver library run by an earlier test may have replaced it)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    timer = threading.Timer(0.6, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+    ctrl_c(0.6)
     try:
         result = get_solver("heuristic")(inst, time_limit=30.0, workers=1, **options)
     except KeyboardInterrupt:
         pytest.fail("the interrupt escaped the heuristic")
-    finally:
-        timer.cancel()
-        signal.signal(signal.SIGINT, previous)
     assert_valid(inst, result)
     assert result.stats["interrupted"] is True and result.seconds < 10

@@ -118,8 +118,6 @@ class LastSolve:
                     model.add(expr <= value)
                 model.minimize(self._objective)
                 solver = self._make_solver(left)
-                # no C-level SIGINT handler from this thread (see rp_opt._cpsat)
-                solver.parameters.catch_sigint_signal = False
                 self._running = (generation, solver)
                 self.started += 1
             t0 = time.perf_counter()
