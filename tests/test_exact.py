@@ -676,9 +676,15 @@ def test_proof_workers_per_solve(objective, G, first):
     solves = [lv for k, lv in enumerate(res.stats["levels"])
               if not lv.get("implied") and lv.get("solved_together", [k + 1])[0] == k + 1]
     assert len(solves) == 2 and solves[0]["subsolvers"] == first
+    beside = first == ["fixed"] and G == 2
+    # two rows: several workers take a thread each, without CP-SAT's LNS thread
+    # (cpsat_model.proof_without_lns); fixed alone keeps it unless it runs beside the other solve
+    for lv in solves:
+        alone = lv["subsolvers"] == ["fixed"]
+        lns = alone and not beside
+        assert lv["lns"] == lns and lv["threads"] == (1 if beside else len(lv["subsolvers"]) + lns)
     # a first solve with fixed alone has the last one run beside it, on the other core,
     # with fixed alone too (.overlap); else the later solves run both workers
-    beside = first == ["fixed"] and G == 2
     assert all(lv["subsolvers"] == (["fixed"] if beside else BOTH) for lv in solves[1:])
     assert all(("beside_first_solve" in lv) is beside for lv in solves[1:])
     assert_lex_close(res.score, brute_force(inst, place, 2, objective))
@@ -694,6 +700,24 @@ def test_proof_workers_for_more_rows_add_the_lp():
     assert proof_subsolvers(level, 2, 3) == ("fixed", "default_lp")
     assert proof_subsolvers(level, 2, 2, first=False) == ("fixed", "default_lp")
     assert proof_subsolvers(get_objective("shard").levels[0], 2, 2) == ("fixed", "default_lp")
+
+
+def test_more_rows_keep_the_lns_thread():
+    """Three rows: the two workers of level 1 run beside CP-SAT's LNS thread (three
+    threads), which improves the start of larger windows (cpsat_model.proof_without_lns);
+    explicit workers are taken as given."""
+    from rp_opt.packing.exact.cpsat_model import proof_without_lns
+
+    assert proof_without_lns(2) and not proof_without_lns(3)
+    inst = make_window(8, D=2, G=2, seed=4)
+    place = Placement.identity(2, 4, 2)
+    res = solve_packing(inst, place, 3, objective="sync", time_limit=30)
+    checked(inst, res)
+    level1 = res.stats["levels"][0]
+    assert level1["subsolvers"] == BOTH and level1["lns"] and level1["threads"] == 3
+    res = solve_packing(inst, place, 2, objective="shard", time_limit=30, workers=3)
+    checked(inst, res)
+    assert res.stats["levels"][0]["lns"] and res.stats["levels"][0]["threads"] == 3
 
 
 def test_subsolver_errors_are_one_line_input_errors():

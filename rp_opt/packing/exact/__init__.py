@@ -360,7 +360,7 @@ def _two_row_layout(sub: Instance, placement: Placement, obj, start: Layout, sec
     if mode:
         start = canonical_layout(start, data.num_shards, mode, fixed_shards=True)
     out = builder.solve(Budget(seconds - (time.perf_counter() - t0)), seed=seed, workers=workers,
-                        subsolvers=subsolvers, start=start, together=together)
+                        subsolvers=subsolvers, start=start, together=together, improve=True)
     if _interrupted(out):
         raise KeyboardInterrupt("row search interrupted (Ctrl-C)")
     return out.layout, _all_proven(out.levels, obj)

@@ -81,6 +81,20 @@ def proof_subsolvers(level, num_shards: int, num_rows: int, first: bool = True) 
     return ("fixed",) if alone else ("fixed", "default_lp")
 
 
+def proof_without_lns(num_rows: int) -> bool:
+    """Whether the :data:`PROOF` workers of a window of ``num_rows`` rows run without
+    CP-SAT's interleaved LNS thread (``use_lns`` off, one thread per named worker). With
+    two rows the start is mostly optimal already (the heuristic's, or a row search's
+    pair) and the proof is the work: the LNS thread takes a share of the two cores from
+    the workers that prove. Measured on scripts/bench_exact.py's ``shard`` windows, G = 2,
+    60 s, 2 cores (one run each, 04:48-05:00 UTC 12-01), level 1 and 2 proven in (without
+    / with LNS): N = 32 seed 0 40.5 s / not in 60 s (0.0094 % short; 56 s in a 150-s
+    run), seed 1 81.9 s / 115-126 s (150-s runs); N = 24 seeds 0-2 24.3 / 42.1, 4.1 / 6.8,
+    14.5 / 15.2 s; N = 20 seeds 0-2 1.7 / 3.0, 1.8 / 2.3, 1.0 / 1.7 s. With four rows
+    (N = 64, seed 0) the LNS thread improves the start: 36309.1 with it, 36362.3 without."""
+    return num_rows <= 2
+
+
 @dataclass
 class LevelOutcome:
     """What one level's solve proved: its integer value, bound and status."""
@@ -431,7 +445,7 @@ class CpsatPacking:
     def solve(self, budget: Budget, *, seed: int = 0, workers: int | None = None,
               subsolvers: tuple[str, ...] | str | None = PROOF, start: Layout | None = None,
               extra_hint=None, on_solution=None, params: dict | None = None,
-              extra_bound=None, together: str = TOGETHER) -> SolveOutcome:
+              extra_bound=None, together: str = TOGETHER, improve: bool = False) -> SolveOutcome:
         """Lexicographic sequence of solves within ``budget``.
 
         Consecutive levels are solved as one where ``together`` says so
@@ -445,7 +459,12 @@ class CpsatPacking:
         :func:`proof_subsolvers`, per solve; None: CP-SAT's own
         portfolio); ``workers``: how many threads (default: one per subsolver plus one
         for CP-SAT's interleaved LNS, 8 with CP-SAT's portfolio; CP-SAT keeps one of them
-        for LNS, so with two or fewer only the first named subsolver searches).
+        for LNS, so with two or fewer only the first named subsolver searches). With the
+        default workers, a window of two rows runs its several workers without the LNS
+        thread (:func:`proof_without_lns`), unless ``improve`` (the search is there to
+        improve its start: the row search's two-row solves, where the LNS thread finds
+        more; N = 64, G = 2, ``shard`` window of scripts/bench_exact.py, seed 0, 60 s:
+        36309.1 with it, 36351.6 without).
 
         Two solves whose first runs ``fixed`` alone (the default workers, ``workers``
         unset, no ``extra_hint``): the first runs on one thread, and the last runs beside
@@ -467,12 +486,16 @@ class CpsatPacking:
         self.hint(start, extra_hint(None) if extra_hint else None)
         todo = [k for k in range(len(self.levels)) if self.level_keys[k] not in self.level_keys[:k]]
 
-        def configured(limit, names, threads):
+        def configured(limit, names, threads, lns=True):
             solver = cp_model.CpSolver()
             solver.parameters.max_time_in_seconds = limit
             solver.parameters.num_workers = threads
             if names:
                 solver.parameters.subsolvers.extend(names)
+            if not lns:
+                # one thread per proving worker, none for LNS (proof_without_lns)
+                solver.parameters.num_full_subsolvers = len(names)
+                solver.parameters.use_lns = False
             solver.parameters.random_seed = seed
             for key, val in (params or {}).items():
                 setattr(solver.parameters, key, val)
@@ -486,8 +509,10 @@ class CpsatPacking:
         def run(expr, limit, first, callback=None):
             names = names_of(first)
             # beside a last solve: one thread (the other core runs that solve)
-            threads = 1 if callback is not None else workers or (len(names) + 1 if names else 8)
-            solver = configured(limit, names, threads)
+            lns = improve or not (subsolvers == PROOF and workers is None and len(names) > 1
+                                  and proof_without_lns(self.data.num_rows))
+            threads = 1 if callback is not None else workers or (len(names) + (1 if lns else 0) if names else 8)
+            solver = configured(limit, names, threads, lns)
             m.minimize(expr)
             # Ctrl-C stops the search; the caller gets what it found (stats "interrupted")
             status = cpsat_solve(solver, m, callback, on_interrupt="return")
@@ -548,7 +573,11 @@ class CpsatPacking:
                         stop = True
                 stats = {"status": solver.status_name(status), "seconds": secs, "limit": limit,
                          "branches": solver.num_branches, "conflicts": solver.num_conflicts,
-                         "subsolvers": list(names) if names else "cpsat", **more}
+                         "subsolvers": list(names) if names else "cpsat",
+                         # whether a thread ran CP-SAT's LNS beside the named workers
+                         "threads": solver.parameters.num_workers,
+                         "lns": solver.parameters.use_lns and solver.parameters.num_workers > len(names or ()),
+                         **more}
                 if stop:
                     stats["interrupted"] = True  # Ctrl-C: no later level runs
                 if len(ks) > 1:
