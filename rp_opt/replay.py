@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from .errors import InputError, integer, read_array, require
-from .window import Window, checked_lengths, compact_counts, routing_violation
+from .window import Window, _frozen, checked_lengths, compact_counts, routing_violation
 
 _CHUNK_KEYS = 1 << 24  # counts per chunk of samples (128 MB of int64)
 _SLICE_KEYS = 1 << 24  # routed ids per bincount call (see _count)
@@ -52,6 +52,14 @@ class Replay:
     lengths: np.ndarray
     demand: np.ndarray
     top_k: int | None
+
+    def __post_init__(self):
+        # read-only, and never the caller's memory (copied once when it may be): a replay
+        # does not change when the arrays it was made from do. The demand_from_* functions
+        # hand in arrays frozen already, which are kept as they are (no copy of 100 MB)
+        for name in ("lengths", "demand"):
+            value = getattr(self, name)
+            object.__setattr__(self, name, _frozen(np.asarray(value), value))
 
     def window(self, top_k: int | None = None, attn_work=None) -> Window:
         """The :class:`~rp_opt.window.Window` of this replay."""
@@ -220,7 +228,7 @@ def demand_from_samples(routing: Sequence, num_experts: int, num_layers: int | N
         ids = np.concatenate(arrays[start:stop], axis=0)
         sample = np.repeat(np.arange(start, stop, dtype=np.int64), lengths[start:stop])
         _count(sample, ids, stop - start, num_experts, demand, start)
-    return Replay(lengths, compact_counts(demand), int(top_k))
+    return Replay(_frozen(lengths), _frozen(compact_counts(demand)), int(top_k))
 
 
 def _checked_mask(mask, b: int, s: int) -> np.ndarray:
@@ -294,7 +302,7 @@ def demand_from_padded(routing, mask=None, num_experts: int | None = None,
                    num_experts_from=num_experts_from)
         _check_distinct(chunk, "routing", sample_of=sample, token_of=token)
         _count(sample, chunk, stop - start, num_experts, demand, start)
-    return Replay(lengths, compact_counts(demand), int(k))
+    return Replay(_frozen(lengths), _frozen(compact_counts(demand)), int(k))
 
 
 def demand_from_counts(counts, num_experts: int | None = None, num_layers: int | None = None,
@@ -391,7 +399,8 @@ def demand_from_counts(counts, num_experts: int | None = None, num_layers: int |
         # given lengths and a k the caller did not give: the Window's sum check
         # (Window.check_routing), here with the note saying where k came from
         _check_counts(demand, lengths, top_k, note, derived=False)
-    return Replay(lengths, demand, top_k)
+    # counts of a dtype compact already come back as they are: the caller's memory
+    return Replay(_frozen(lengths), _frozen(demand, counts), top_k)
 
 
 def _check_counts(demand: np.ndarray, lengths: np.ndarray, k: int, note: str, derived: bool) -> None:

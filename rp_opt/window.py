@@ -421,6 +421,10 @@ class CostModel:
     @classmethod
     def from_dict(cls, data: dict) -> "CostModel":
         require(isinstance(data, dict), "cost", f"must be an object, got {type(data).__name__}")
+        # a misspelt key would otherwise be dropped silently (e.g. "gama": the default never
+        # applies, but "gamma" would then be reported missing, not the typo)
+        unknown = sorted(map(str, set(data) - {"stages", "gamma"}))
+        require(not unknown, "cost", f"unknown keys {unknown} (a cost model has 'stages' and 'gamma')")
         require("stages" in data, "cost.stages", "is missing")
         require("gamma" in data, "cost.gamma", "is missing")
         require(isinstance(data["stages"], list), "cost.stages", "must be a list")
@@ -429,6 +433,9 @@ class CostModel:
             require(isinstance(s, dict), f"cost.stages[{k}]", "must be an object")
             missing = {"name", "layers", "alpha", "beta"} - set(s)
             require(not missing, f"cost.stages[{k}]", f"misses {sorted(missing)}")
+            unknown = sorted(map(str, set(s) - {"name", "layers", "alpha", "beta"}))
+            require(not unknown, f"cost.stages[{k}]",
+                    f"unknown keys {unknown} (a stage has 'name', 'layers', 'alpha' and 'beta')")
             stages.append(Stage(str(s["name"]), s["layers"], s["alpha"], s["beta"]))
         return cls(tuple(stages), data["gamma"])
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from rp_opt import InputError
 from rp_opt import replay as rp
-from rp_opt.replay import demand_from_counts, demand_from_padded, demand_from_samples, lengths_from_routing, replay
+from rp_opt.replay import Replay, demand_from_counts, demand_from_padded, demand_from_samples, lengths_from_routing, replay
 
 
 def hand_routing():
@@ -57,6 +57,28 @@ def test_counts_and_dispatch():
     assert replay(routing, num_experts=4).demand.tolist() == demand.tolist()
     with pytest.raises(InputError, match="lengths"):
         demand_from_counts(demand)
+
+
+def test_a_replay_keeps_its_arrays_apart_from_the_callers():
+    """Counts already of the compact dtype are not copied by the dtype change, so the
+    replay once held the caller's array: changing it later changed the replay. Now every
+    form gives read-only arrays of its own, and the caller's stay writable."""
+    routing, demand = hand_routing()
+    counts = demand.astype(np.uint16)
+    rep = demand_from_counts(counts, top_k=2)
+    counts[0, 0, 0] += 5
+    assert rep.demand.tolist() == demand.tolist() and counts.flags.writeable
+    lengths, made = np.array([3, 1]), demand.astype(np.uint16)
+    direct = Replay(lengths, made, 2)
+    made[:] = 0
+    lengths[0] = 9
+    assert direct.demand.tolist() == demand.tolist() and direct.lengths.tolist() == [3, 1]
+    for r in (rep, direct, replay(routing, num_experts=4)):
+        assert not r.demand.flags.writeable and not r.lengths.flags.writeable
+        with pytest.raises(ValueError):
+            r.demand[0, 0, 0] = 1
+        # the window shares the replay's frozen arrays
+        assert np.shares_memory(r.window().demand, r.demand)
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -83,6 +83,21 @@ def test_cost_fields_must_be_numbers(cost, message):
     assert str(info.value) == message
 
 
+@pytest.mark.parametrize("cost, message", [
+    ({"stages": [], "gamma": 1.0, "gama": 2.0}, "cost: unknown keys ['gama'] (a cost model has 'stages' and 'gamma')"),
+    ({"cost": {"stages": [], "gamma": 1.0}, "r2": 0.9},
+     "cost: unknown keys ['cost', 'r2'] (a cost model has 'stages' and 'gamma')"),
+    ({"stages": [{"name": "s", "layers": 1, "alpha": 1.0, "beta": 0.0, "betta": 2.0}], "gamma": 1.0},
+     "cost.stages[0]: unknown keys ['betta'] (a stage has 'name', 'layers', 'alpha' and 'beta')"),
+])
+def test_cost_keys_must_be_known(cost, message):
+    """A misspelt or foreign key is an error naming it, never dropped (a calibration
+    report given where its cost model belongs, a typo in a coefficient's name)."""
+    with pytest.raises(InputError) as info:
+        CostModel.from_dict(cost)
+    assert str(info.value) == message
+
+
 @pytest.mark.parametrize("top_k", ["a", None, float("nan"), float("inf"), 1.5, True])
 def test_top_k_must_be_a_positive_integer(top_k):
     with pytest.raises(InputError, match="^top_k: must be an integer >= 1, got "):
