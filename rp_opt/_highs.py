@@ -51,14 +51,20 @@ def silence_banner(keep: bool = True) -> None:
         os.close(saved)
 
 
-def run(h) -> None:
+def run(h, give_up_after: float | None = None) -> None:
     """``h.run()``, stopped at once by a Ctrl-C, which is then raised as KeyboardInterrupt
-    (HiGHS's answer so far stays in ``h``). highspy without user interrupts runs as it is."""
+    (HiGHS's answer so far stays in ``h``). highspy without user interrupts runs as it is.
+
+    ``give_up_after``: seconds after which the solve is stopped as a Ctrl-C would, and
+    :class:`~rp_opt._stoppable.Abandoned` raised when it does not end soon after (HiGHS's
+    MIP checks its clock and its interrupt only between some steps of the root node: a
+    6-s limit ran to 13 s on a 26,000-arc arc-flow MIP). ``h`` must not be read then: the
+    solve runs on in its thread until it reaches such a check."""
     if not hasattr(h, "cancelSolve"):  # pragma: no cover - highspy < 1.8
         h.run()
         return
     h.HandleUserInterrupt = True
-    _, stopped = call_stoppable(h.run, h.cancelSolve)
+    _, stopped = call_stoppable(h.run, h.cancelSolve, give_up_after)
     if stopped:
         raise KeyboardInterrupt("HiGHS solve interrupted (Ctrl-C)")
 

@@ -9,16 +9,33 @@ returns what the solver had found by then.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable
 
 
-def call_stoppable(call: Callable[[], Any], stop: Callable[[], Any]) -> tuple[Any, bool]:
+# seconds a call may run on after its stop was asked for at ``give_up_after``
+GRACE_SECONDS = 1.0
+
+
+class Abandoned(RuntimeError):
+    """A call ran past its ``give_up_after`` and did not stop when asked: it runs on in its
+    thread until it ends by itself, and nothing of it may be read (it still writes)."""
+
+
+def call_stoppable(call: Callable[[], Any], stop: Callable[[], Any],
+                   give_up_after: float | None = None) -> tuple[Any, bool]:
     """``(call(), stopped)``: ``call`` runs in a thread; after a Ctrl-C while it runs,
     ``stop`` is called every 0.1 s until ``call`` returns (a solver may not be ready to stop
     at the first one, e.g. while its model is still being built), and ``stopped`` is True.
-    Outside the main thread, where Python takes no signals, ``call`` runs as it is. An
-    exception raised by ``call`` is raised here."""
-    if threading.current_thread() is not threading.main_thread():
+    Outside the main thread, where Python takes no signals, ``call`` runs as it is unless
+    ``give_up_after`` is given. An exception raised by ``call`` is raised here.
+
+    ``give_up_after``: seconds after which ``stop`` is called too (a time limit the solver
+    itself may overrun: HiGHS checks its clock only between some steps), and
+    :class:`Abandoned` is raised when ``call`` has not returned :data:`GRACE_SECONDS`
+    later. ``stopped`` stays False for this stop: it is a time limit, not a Ctrl-C.
+    """
+    if threading.current_thread() is not threading.main_thread() and give_up_after is None:
         return call(), False
     box, done = {}, threading.Event()
 
@@ -32,14 +49,27 @@ def call_stoppable(call: Callable[[], Any], stop: Callable[[], Any]) -> tuple[An
 
     threading.Thread(target=run, name="rp-opt solver", daemon=True).start()
     stopped = False
+    deadline = None if give_up_after is None else time.monotonic() + max(float(give_up_after), 0.0)
+    timed_out = None  # when stop was asked for at the deadline
     # an Event, not Thread.join: a join that Ctrl-C interrupts can leave the thread
     # marked as ended while it still runs (CPython 3.11)
     while not done.is_set():
+        wait = 0.1 if stopped or timed_out is not None else None
+        if deadline is not None and timed_out is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                stop()
+                timed_out = time.monotonic()
+                continue
+            wait = left if wait is None else min(wait, left)
         try:
-            done.wait(0.1 if stopped else None)
+            done.wait(wait)
         except KeyboardInterrupt:
             stopped = True
-        if stopped:
+        if stopped or (timed_out is not None and not done.is_set()):
+            if timed_out is not None and time.monotonic() - timed_out > GRACE_SECONDS:
+                raise Abandoned(f"the solver ran {GRACE_SECONDS:g} s past its {give_up_after:g}-s limit "
+                                "after being asked to stop")
             stop()
     if "error" in box:
         raise box["error"]

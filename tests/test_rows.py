@@ -407,3 +407,20 @@ def test_ctrl_c_stops_a_highs_solve_at_once(ctrl_c):
     with pytest.raises(KeyboardInterrupt):
         arcflow.lp_bound(graph, 60.0)
     assert time.perf_counter() - start < 2.0
+
+
+def test_a_highs_mip_that_overruns_its_limit_is_given_up():
+    """HiGHS's MIP checks its clock (and its interrupt) only between some steps of the root
+    node: on this arc-flow MIP (200 lengths in [150, 650), C = 1000, 26,000 arcs, 80
+    bins asked) a 5-s limit ran to about 13 s. :func:`arcflow.solve_mip` now comes back
+    1.5 s after the limit at most: no packing, the bound it was given."""
+    lengths = np.random.default_rng(5).integers(150, 650, 200)
+    graph = arcflow.build_graph(lengths, 1000)
+    low = int(np.ceil(lengths.sum() / 1000))
+    start = time.perf_counter()
+    res = arcflow.solve_mip(graph, lengths, 5.0, min_bins=low, max_bins=low)
+    assert time.perf_counter() - start < 5.0 + arcflow.MIP_OVERRUN_SECONDS + 1.5
+    if res.status.endswith("given up)"):
+        assert res.bin_of is None and res.bound == low
+    elif res.bin_of is not None:  # a faster machine: HiGHS stopped, or packed, in time
+        assert np.bincount(res.bin_of, weights=lengths).max() <= 1000

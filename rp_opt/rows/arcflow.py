@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._highs import run as run_highs, silence_banner
+from .._stoppable import Abandoned
 from .clock import OutOfTime, build_and_solve, past, ticking
 
 silence_banner()  # the banner would go to stdout (see rp_opt._highs)
@@ -45,6 +46,9 @@ LP_SECONDS_PER_ARC = 2e-6
 # about 4 ns each (0.21 s for 55M cells at C = 10^6, where the graph took 0.02 s to build):
 # lp_bound keeps its share back from the LP
 KNAPSACK_SECONDS_PER_CELL = 4e-9
+# seconds past its own limit after which a HiGHS MIP is stopped from outside (HiGHS
+# overshoots by up to about 0.6 s where its clock checks work; see solve_mip)
+MIP_OVERRUN_SECONDS = 0.5
 
 
 @dataclass
@@ -412,7 +416,10 @@ class MIPResult:
 def solve_mip(graph: ArcFlowGraph, lengths: np.ndarray, time_limit: float, min_bins: int = 0,
               max_bins: float = np.inf, hint: np.ndarray | None = None) -> MIPResult:
     """Minimise the bins with lo <= bins <= hi; stops at the first packing within hi when
-    hi is finite (all that a row-count decision needs)."""
+    hi is finite (all that a row-count decision needs). Ends by ``time_limit`` plus about
+    1.5 s (:data:`MIP_OVERRUN_SECONDS`, :data:`rp_opt._stoppable.GRACE_SECONDS`) even where
+    HiGHS does not: the result is then no packing and ``min_bins``, and HiGHS finishes in
+    the background (one thread) at its next clock check."""
     start = time.perf_counter()
     h = _highs(time_limit)
     h.setOptionValue("mip_rel_gap", 0.0)
@@ -426,7 +433,12 @@ def solve_mip(graph: ArcFlowGraph, lengths: np.ndarray, time_limit: float, min_b
         sol.col_value = list(hint)
         sol.value_valid = True
         h.setSolution(sol)
-    run_highs(h)
+    try:
+        # HiGHS's own limit first; stopped from here, and given up, where it overruns that
+        run_highs(h, give_up_after=float(time_limit) + MIP_OVERRUN_SECONDS)
+    except Abandoned:
+        return MIPResult(None, int(min_bins), "Time limit reached (HiGHS did not stop: given up)",
+                         time.perf_counter() - start)
     status = h.modelStatusToString(h.getModelStatus())
     info = h.getInfo()
     bin_of = None

@@ -1,0 +1,59 @@
+"""rp_opt._stoppable: solver calls stopped by a Ctrl-C or given up after a time limit."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from rp_opt._stoppable import GRACE_SECONDS, Abandoned, call_stoppable
+
+
+def test_a_call_that_stops_when_asked_returns_its_answer():
+    """At ``give_up_after`` the stop is asked for; a call that honours it returns its
+    answer, and ``stopped`` stays False (a time limit, not a Ctrl-C)."""
+    told = threading.Event()
+    start = time.perf_counter()
+    value, stopped = call_stoppable(lambda: "stopped" if told.wait(10) else "ran out", told.set, give_up_after=0.3)
+    assert value == "stopped" and not stopped
+    assert 0.3 <= time.perf_counter() - start < 1.0
+
+
+def test_a_call_that_ignores_its_stop_is_abandoned():
+    """A call that does not stop (HiGHS between its clock checks) is given up
+    :data:`GRACE_SECONDS` after the stop was asked for, and asked again meanwhile."""
+    asks = []
+    release = threading.Event()
+    start = time.perf_counter()
+    with pytest.raises(Abandoned, match="past its 0.2-s limit"):
+        call_stoppable(lambda: release.wait(10), lambda: asks.append(time.perf_counter()), give_up_after=0.2)
+    took = time.perf_counter() - start
+    release.set()
+    assert 0.2 + GRACE_SECONDS <= took < 0.2 + GRACE_SECONDS + 0.5
+    assert len(asks) >= 5 and asks[0] - start >= 0.2
+
+
+def test_without_a_limit_the_answer_and_errors_come_back():
+    """No limit: the call's value, or its exception, as if called directly."""
+    assert call_stoppable(lambda: 42, lambda: None) == (42, False)
+    with pytest.raises(ZeroDivisionError):
+        call_stoppable(lambda: 1 / 0, lambda: None, give_up_after=5.0)
+
+
+def test_outside_the_main_thread_the_limit_still_holds():
+    """Python takes no signals outside the main thread, so the call ran there directly;
+    with ``give_up_after`` it still runs in a thread of its own, and is given up."""
+    out = {}
+
+    def worker():
+        try:
+            call_stoppable(lambda: time.sleep(3) or "late", lambda: None, give_up_after=0.1)
+        except Abandoned:
+            out["abandoned"] = True
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(5)
+    assert out == {"abandoned": True}
+    assert call_stoppable(lambda: "direct", lambda: None) == ("direct", False)
