@@ -440,6 +440,8 @@ def solve_mip(graph: ArcFlowGraph, lengths: np.ndarray, time_limit: float, min_b
         return MIPResult(None, int(min_bins), "Time limit reached (HiGHS did not stop: given up)",
                          time.perf_counter() - start)
     status = h.modelStatusToString(h.getModelStatus())
+    if h.getModelStatus() == highspy.HighsModelStatus.kInterrupt:
+        status = "Time limit reached"  # stopped from outside at the limit (a Ctrl-C raises)
     info = h.getInfo()
     bin_of = None
     if info.primal_solution_status == 2:  # feasible
