@@ -4,6 +4,7 @@ against hand-checked cases and brute force on tiny layers."""
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -310,6 +311,34 @@ def test_exact_placement_of_a_window_matches_cost_and_checker():
     assert report.valid, report.violations
     # one cell: X = gamma * sum_l max_p W = sum of the per-layer maxima
     assert report.costs.expert.sum() == pytest.approx(result.value.sum())
+
+
+def test_a_total_time_limit_is_shared_by_the_layers():
+    """``total_time_limit`` (``rp-opt place --time-limit``) bounds all layers together:
+    every layer gets at most an equal share of what is left and at most ``time_limit``,
+    so the shares add up to the total. Layers out of time keep a valid placement with a
+    bound below it."""
+    rng = np.random.default_rng(7)
+    load = rng.integers(1, 1000, (6, 12))
+    window = tiny_window(load)
+    start = time.perf_counter()
+    res = exact_placement(window, 3, "aggregate", mip_gap=0.0, time_limit=0.5, total_time_limit=1.2,
+                          backend="cpsat")
+    assert time.perf_counter() - start < 1.2 + 1.0  # the solvers' own overshoot and the builds
+    limits = [st["time_limit"] for st in res.stats]
+    # shares of what is left (the time the layers before took is spent): the first is a
+    # sixth of the total, a layer that ends early leaves its time to the next ones
+    assert limits[0] == pytest.approx(1.2 / 6, abs=1e-3)
+    spent = np.concatenate([[0.0], np.cumsum(res.seconds)[:-1]])
+    assert all(lim <= max(min(0.5, (1.2 - t) / (6 - l)), 1e-3) + 1e-9 for l, (lim, t) in enumerate(zip(limits, spent)))
+    assert np.all(np.bincount(res.placement.ranks[0], minlength=3) == 4)
+    assert np.all(res.bound <= res.value + 1e-9)
+    assert np.array_equal(rank_load(window, res.placement).max(axis=1), res.value)
+    # without a total, every layer gets time_limit
+    res = exact_placement(window, 3, "aggregate", mip_gap=0.0, time_limit=0.5, backend="cpsat")
+    assert [st["time_limit"] for st in res.stats] == [0.5] * 6
+    with pytest.raises(InputError, match="^total_time_limit: "):
+        exact_placement(window, 3, "aggregate", total_time_limit=0)
 
 
 def test_rows_objective_on_an_instance_never_worse_than_aggregate_placement():

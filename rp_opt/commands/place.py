@@ -31,7 +31,8 @@ def register(sub) -> None:
                         "(min sum_{r,g} max_p W for the layout of --current or a baseline layout)")
     p.add_argument("--current", metavar="PLAN.json",
                    help="plan file holding the current placement (and layout); default: identity")
-    p.add_argument("--time-limit", type=seconds_arg, default=10.0, help="exact: seconds per layer (default 10)")
+    p.add_argument("--time-limit", type=seconds_arg, default=10.0, help="exact: seconds for all layers, each layer an equal share of what is left "
+                        "(default 10)")
     p.add_argument("--mip-gap", type=number_arg(0), default=1e-3,
                    help="exact: relative gap to stop at, finite and >= 0 (default 1e-3); a layer solved within it "
                         "counts as optimal")
@@ -135,7 +136,8 @@ def run(args) -> int:
     else:
         progress = Progress(window.num_layers, "place", enabled=None if not args.json else False)
         result = exact_placement(instance, objective=objective.name, current=current, layout=layout,
-                                 time_limit=args.time_limit, mip_gap=args.mip_gap, tolerance=args.tolerance,
+                                 time_limit=None, total_time_limit=args.time_limit, mip_gap=args.mip_gap,
+                                 tolerance=args.tolerance,
                                  backend=args.backend, callback=lambda l, r: progress.step(r.status))
         new, value, bound, statuses = result.placement, result.value, result.bound, list(result.statuses)
     seconds = time.perf_counter() - start

@@ -371,7 +371,8 @@ def exact_placement(data, num_ranks: int | None = None, objective="aggregate", *
                     current: Placement | None = None, layout: Layout | None = None,
                     num_shards: int | None = None, time_limit: float = 10.0, mip_gap: float = 1e-3,
                     tolerance: float = 0.0, backend: str = "highs", warm_start: Placement | None = None,
-                    threads: int | None = None, callback=None) -> PlacementResult:
+                    threads: int | None = None, callback=None,
+                    total_time_limit: float | None = None) -> PlacementResult:
     """Solve every layer's placement with :func:`solve_layer`.
 
     Parameters
@@ -389,7 +390,12 @@ def exact_placement(data, num_ranks: int | None = None, objective="aggregate", *
     num_shards
         G for ``rows`` (default: the instance's, else 1).
     time_limit
-        Seconds per layer.
+        Seconds per layer at most.
+    total_time_limit
+        Seconds for all layers (None: no limit beyond ``time_limit`` per layer): each layer
+        gets at most an equal share of the time left, so a layer that ends early leaves
+        its time to the next ones. A layer whose share runs out returns its best
+        placement (the warm start at least) with its bound.
     mip_gap, tolerance, backend, threads
         As in :func:`solve_layer`.
     warm_start
@@ -420,16 +426,35 @@ def exact_placement(data, num_ranks: int | None = None, objective="aggregate", *
     else:
         warm = local_search_ranks(load, lpt_ranks(load, num_ranks), num_ranks)
     results = []
+    time_limit = number("time_limit", time_limit, above=0, none=True, hint="seconds; None: no limit")
+    total_time_limit = number("total_time_limit", total_time_limit, above=0, none=True,
+                              hint="seconds; None: time_limit per layer only")
+    start = time.perf_counter()
+    overrun = []  # per layer: seconds past its limit (the model's build, the solver's overshoot)
     for l in range(window.num_layers):
+        limit = time_limit
+        if total_time_limit is not None:
+            # an equal share of what is left, less what each layer took beyond its limit so
+            # far (a Pyomo build is about 0.1 s: 48 layers ran 15.4 s for 10 s without it).
+            # A solver needs a limit above 0: the last layers of a spent budget get a
+            # millisecond, and keep their warm start
+            left = total_time_limit - (time.perf_counter() - start)
+            layers_left = window.num_layers - l
+            beyond = float(np.mean(overrun)) if overrun else 0.0
+            share = max(left / layers_left - beyond, 1e-3)
+            limit = share if limit is None else min(limit, share)
         problem = LayerProblem(
             load[l], num_ranks,
             current=None if current is None else current.ranks[l],
             cell_load=cell_loads(window, layout, num_shards, l) if "cell_load" in obj.needs else None,
         )
         # migration derives its own warm start from the aggregate solve
-        res = solve_layer(problem, obj, time_limit=time_limit, mip_gap=mip_gap,
+        res = solve_layer(problem, obj, time_limit=limit, mip_gap=mip_gap,
                           warm_start=None if obj.name == "migration" and warm_start is None else warm[l],
                           backend=backend, tolerance=tolerance, threads=threads)
+        res.stats["time_limit"] = limit  # this layer's share (None: no limit)
+        if limit is not None:
+            overrun.append(max(res.seconds - limit, 0.0))
         log.debug("placement layer %d: %s value %g bound %g (%.3f s)", l, res.status, res.value, res.bound, res.seconds)
         if callback is not None:
             callback(l, res)
