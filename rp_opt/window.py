@@ -154,6 +154,9 @@ def checked_lengths(lengths: np.ndarray, field: str = "lengths") -> np.ndarray:
     short = np.flatnonzero(lengths < 1)
     if short.size:
         raise InputError(field, f"sample {short[0]} has length {lengths[short[0]]}; every sample needs >= 1 token")
+    # sums of lengths (a cell's, a row's, the window's) must not wrap around in int64
+    total = float(lengths.sum(dtype=np.float64))
+    require(total < 2.0**62, field, f"sum to {total:.4g} tokens, beyond 2^62 (sums would overflow 64-bit integers)")
     return lengths
 
 

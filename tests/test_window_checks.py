@@ -159,4 +159,15 @@ def test_uint64_lengths_beyond_int64_are_named_not_wrapped():
 
     with pytest.raises(InputError, match=r"^lengths: sample 1 has length 9223372036854775813, beyond 64-bit"):
         checked_lengths(np.array([3, 2**63 + 5], dtype=np.uint64))
-    assert checked_lengths(np.array([3, 2**63 - 1], dtype=np.uint64)).dtype == np.int64
+    assert checked_lengths(np.array([3, 2**61], dtype=np.uint64)).dtype == np.int64
+
+
+def test_lengths_whose_sum_overflows_are_named():
+    """Each length fits int64 but their sum (of a cell, a row, the window) would wrap
+    around: one line, not a wrong R* from a negative total."""
+    from rp_opt.window import checked_lengths
+
+    with pytest.raises(InputError, match=r"^lengths: sum to 6.918e\+18 tokens, beyond 2\^62"):
+        checked_lengths(np.array([2**61, 2**61, 2**61], dtype=np.int64))
+    with pytest.raises(InputError, match=r"^lengths: sum to .* beyond 2\^62"):
+        checked_lengths(np.array([2**63 - 1, 1], dtype=np.uint64))
