@@ -69,11 +69,13 @@ def run(h, give_up_after: float | None = None) -> None:
         raise KeyboardInterrupt("HiGHS solve interrupted (Ctrl-C)")
 
 
-def solve_pyomo(opt, model):
+def solve_pyomo(opt, model, on_interrupt: str = "raise"):
     """``opt.solve(model)`` for a Pyomo ``appsi_highs`` solver, stopped by a Ctrl-C, which is
-    then raised as KeyboardInterrupt. The stop goes to the highspy object the interface
-    keeps (``_solver_model``; without one, e.g. while Pyomo builds the model, it is tried
-    again until the solve ends)."""
+    then raised as KeyboardInterrupt (``on_interrupt="raise"``), or ``(results, stopped)``
+    comes back (``"return"``: Pyomo's results then say nothing of HiGHS's incumbent, which
+    ``opt.load_vars()`` still loads when HiGHS had one). The stop goes to the highspy object
+    the interface keeps (``_solver_model``; without one, e.g. while Pyomo builds the model,
+    it is tried again until the solve ends)."""
     def stop():
         inner = getattr(opt, "_solver_model", None)
         if inner is not None and hasattr(inner, "cancelSolve"):
@@ -86,6 +88,8 @@ def solve_pyomo(opt, model):
         res, stopped = call_stoppable(lambda: opt.solve(model), stop)
     finally:
         pyomo_log.removeFilter(_drop_interrupt_warning)
+    if on_interrupt == "return":
+        return res, stopped
     if stopped:
         raise KeyboardInterrupt("HiGHS solve interrupted (Ctrl-C)")
     return res

@@ -940,3 +940,21 @@ def test_ctrl_c_during_the_exact_solve_returns_the_best_plan(heuristic_start, ba
     checked(inst, res, num_rows=2)
     assert res.bound <= res.score[0]
     assert "interrupted (Ctrl-C)" in res.summary()
+
+
+def test_ctrl_c_during_a_highs_model_keeps_its_incumbent(ctrl_c):
+    """A Ctrl-C during the Pyomo HiGHS model returned the start: Pyomo's results say
+    nothing of HiGHS's incumbent after an interrupt. It is now loaded from HiGHS: here
+    (greedy start, no relaxation first, SIGINT after 1.5 s) better than the start,
+    level 1 marked interrupted, with no bound of its own."""
+    inst = make_window(20, D=4, G=2, L=4, E=8, P=4, seed=1)
+    place = Placement.identity(4, 8, 4)
+    ctrl_c(1.5)
+    res = solve_packing(inst, place, 2, objective="sync", time_limit=60, heuristic_start=False, backend="highs",
+                        relax_bound=False)
+    checked(inst, res, num_rows=2)
+    level1 = res.stats["levels"][0]
+    assert res.stats["interrupted"] is True and level1["interrupted"] is True
+    assert res.status == "feasible" and not res.stats.get("kept_start")
+    assert level1["value"] == pytest.approx(res.score[0]) and level1["bound"] is None
+    assert res.score < tuple(res.stats["start_score"])

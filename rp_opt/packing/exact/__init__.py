@@ -514,7 +514,8 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
         try:
             out = builder.solve(budget, seed=seed, start=start)
         except KeyboardInterrupt:
-            # HiGHS hands Ctrl-C back only when its solve ends: the start is the answer
+            # a Ctrl-C between HiGHS's solves (one during a solve comes back in the levels,
+            # with HiGHS's incumbent): the start is the answer
             stats["interrupted"] = True
             out = SolveOutcome(None, [], [], {})
     stats["build_seconds"] = None

@@ -183,11 +183,23 @@ class PyomoPacking:
             m.obj.set_value(expr)
             opt.config.time_limit = max(budget.for_level(k, n) - late, 0.01)
             t0 = time.perf_counter()
-            res = solve_pyomo(opt, m)
+            res, stopped = solve_pyomo(opt, m, on_interrupt="return")
             secs = time.perf_counter() - t0
             late = max(late, secs - opt.config.time_limit)
             tc = res.termination_condition
             stats = {"status": str(tc.name), "seconds": secs, "limit": opt.config.time_limit}
+            if stopped:
+                # Ctrl-C: HiGHS's incumbent (Pyomo's results do not report it), no bound,
+                # no later level
+                stats["interrupted"] = True
+                try:
+                    opt.load_vars()
+                except RuntimeError:  # HiGHS had no solution yet
+                    outcomes.append(LevelOutcome("no_solution", None, None, secs, stats))
+                    break
+                outcomes.append(LevelOutcome("feasible", float(pe.value(expr)) / self.unit, None, secs, stats))
+                layout = self.layout_from()
+                break
             has = res.best_feasible_objective is not None
             if has and tc in (TerminationCondition.optimal, TerminationCondition.maxTimeLimit,
                               TerminationCondition.maxIterations, TerminationCondition.objectiveLimit):
