@@ -33,7 +33,8 @@ def call_stoppable(call: Callable[[], Any], stop: Callable[[], Any],
     ``give_up_after``: seconds after which ``stop`` is called too (a time limit the solver
     itself may overrun: HiGHS checks its clock only between some steps), and
     :class:`Abandoned` is raised when ``call`` has not returned :data:`GRACE_SECONDS`
-    later. ``stopped`` stays False for this stop: it is a time limit, not a Ctrl-C.
+    later (KeyboardInterrupt instead when a Ctrl-C came too). ``stopped`` stays False for
+    this stop: it is a time limit, not a Ctrl-C.
     """
     if threading.current_thread() is not threading.main_thread() and give_up_after is None:
         return call(), False
@@ -68,8 +69,11 @@ def call_stoppable(call: Callable[[], Any], stop: Callable[[], Any],
             stopped = True
         if stopped or (timed_out is not None and not done.is_set()):
             if timed_out is not None and time.monotonic() - timed_out > GRACE_SECONDS:
-                raise Abandoned(f"the solver ran {GRACE_SECONDS:g} s past its {give_up_after:g}-s limit "
-                                "after being asked to stop")
+                message = (f"the solver ran {GRACE_SECONDS:g} s past its {give_up_after:g}-s limit "
+                           "after being asked to stop")
+                if stopped:  # a Ctrl-C came too: it is not lost in a time limit
+                    raise KeyboardInterrupt(message)
+                raise Abandoned(message)
             stop()
     if "error" in box:
         raise box["error"]

@@ -424,8 +424,8 @@ class CostModel:
     @classmethod
     def from_dict(cls, data: dict) -> "CostModel":
         require(isinstance(data, dict), "cost", f"must be an object, got {type(data).__name__}")
-        # a misspelt key would otherwise be dropped silently (e.g. "gama": the default never
-        # applies, but "gamma" would then be reported missing, not the typo)
+        # an extra key (a typo beside the real one, a calibration report's fields) was
+        # dropped silently
         unknown = sorted(map(str, set(data) - {"stages", "gamma"}))
         require(not unknown, "cost", f"unknown keys {unknown} (a cost model has 'stages' and 'gamma')")
         require("stages" in data, "cost.stages", "is missing")

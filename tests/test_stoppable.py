@@ -57,3 +57,13 @@ def test_outside_the_main_thread_the_limit_still_holds():
     t.join(5)
     assert out == {"abandoned": True}
     assert call_stoppable(lambda: "direct", lambda: None) == ("direct", False)
+
+
+def test_a_ctrl_c_is_not_lost_when_the_call_is_given_up(ctrl_c):
+    """A Ctrl-C before the limit, then a call that stops neither for it nor for the limit:
+    KeyboardInterrupt, not the time limit's :class:`Abandoned`."""
+    release = threading.Event()
+    ctrl_c(0.2)
+    with pytest.raises(KeyboardInterrupt, match="past its 0.5-s limit"):
+        call_stoppable(lambda: release.wait(10), lambda: None, give_up_after=0.5)
+    release.set()

@@ -31,8 +31,8 @@ def register(sub) -> None:
                         "(min sum_{r,g} max_p W for the layout of --current or a baseline layout)")
     p.add_argument("--current", metavar="PLAN.json",
                    help="plan file holding the current placement (and layout); default: identity")
-    p.add_argument("--time-limit", type=seconds_arg, default=10.0, help="exact: seconds for all layers, each layer an equal share of what is left "
-                        "(default 10)")
+    p.add_argument("--time-limit", type=seconds_arg, default=10.0,
+                   help="exact: seconds for all layers, each layer an equal share of what is left (default 10)")
     p.add_argument("--mip-gap", type=number_arg(0), default=1e-3,
                    help="exact: relative gap to stop at, finite and >= 0 (default 1e-3); a layer solved within it "
                         "counts as optimal")
