@@ -702,6 +702,26 @@ def test_proof_workers_for_more_rows_add_the_lp():
     assert proof_subsolvers(get_objective("shard").levels[0], 2, 2) == ("fixed", "default_lp")
 
 
+def test_block_means_hold_at_the_brute_force_optimum():
+    """Two rows, two shards: the model also states every block's mean slot cost on the
+    block literals (cpsat_model.block_means; valid: a max of k slots is at least their
+    mean). On tiny windows where k = 2 slots share a block (7 samples in one row of two
+    shards), both objectives still reach the brute-force optimum; three rows or one shard
+    leave it out."""
+    from rp_opt.packing.exact.cpsat_model import block_means
+
+    assert block_means(2, 2) and block_means(1, 4)
+    assert not block_means(3, 2) and not block_means(2, 1)
+    place = Placement.identity(2, 4, 2)
+    for seed in (11, 12, 13):
+        inst = make_window(7, D=4, G=2, seed=seed)
+        for objective in ("sync", "shard"):
+            res = solve_packing(inst, place, 1, objective=objective, time_limit=30)
+            checked(inst, res, num_rows=1)
+            assert res.status == "optimal"
+            assert_lex_close(res.score, brute_force(inst, place, 1, objective))
+
+
 def test_more_rows_keep_the_lns_thread():
     """Three rows: the two workers of level 1 run beside CP-SAT's LNS thread (three
     threads), which improves the start of larger windows (cpsat_model.proof_without_lns);

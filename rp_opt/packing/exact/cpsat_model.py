@@ -95,6 +95,23 @@ def proof_without_lns(num_rows: int) -> bool:
     return num_rows <= 2
 
 
+def block_means(num_rows: int, num_shards: int) -> bool:
+    """Whether the model states the block mean of every stage's slot costs on the block
+    literals: k a[b,s] >= sum_i att_int[s,i] z[i,b]. The LP has it (the sum of the slot
+    epigraphs), but propagation reaches it only through the cells, and the search fixes a
+    sample's block before its cell. It shortens the proofs of two-row windows with two
+    shards or more, and slows the larger ones. Measured on scripts/bench_exact.py's windows,
+    2 cores, 12-01: N = 32, G = 2, ``shard``, levels 1-2 with the optimum given, ``fixed``
+    on one thread: seed 0 35.6 -> 23.5 s, seed 1 71.8 -> 46.2 s; whole solves at 60 s:
+    seed 0 proven in 23.6 s (44.9 s without), seed 1 in 39.3 s (not within 60 s
+    without), ``sync`` seed 1 in 11.8 s. N = 64, G = 2 (four rows) at 60 s: gaps 1.01 %
+    (``sync``) and 1.02 % (``shard``) with it, 0.68 % and 0.81 % without; N = 32, G = 1,
+    ``sync``: 13.4 s with it, 7.9 s without. The same for the rank loads per shard and
+    layer (sum_r x[r,g,l] >= sum_i a[i,l,p] z[i,g]) made the N = 32 seed-1 proof slower
+    (87.6 s), and is not stated."""
+    return num_rows <= 2 and num_shards >= 2
+
+
 @dataclass
 class LevelOutcome:
     """What one level's solve proved: its integer value, bound and status."""
@@ -248,6 +265,10 @@ class CpsatPacking:
                     for q, i in enumerate(idx):
                         if w[i] > 0:
                             m.add(v >= int(w[i]) * zs[q])
+                    nz = [q for q, i in enumerate(idx) if w[i] > 0]
+                    if block_means(R, G) and len(nz) > 1:
+                        # k a[b,s] >= sum_i att_int[s,i] z[i,b]   (the max of k slots >= their mean)
+                        m.add(k * v >= _wsum([zs[q] for q in nz], [w[idx[q]] for q in nz]))
         if tighten and S and k > 1:
             # k sum_b a[b,s] >= sum_i att_int[s,i] + waste_s  (averages: a max >= the mean of
             # k slots, plus the waste big samples force, rp_opt.cost.attention_waste)
