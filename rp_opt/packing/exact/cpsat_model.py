@@ -91,7 +91,10 @@ def proof_without_lns(num_rows: int) -> bool:
     / with LNS): N = 32 seed 0 40.5 s / not in 60 s (0.0094 % short; 56 s in a 150-s
     run), seed 1 81.9 s / 115-126 s (150-s runs); N = 24 seeds 0-2 24.3 / 42.1, 4.1 / 6.8,
     14.5 / 15.2 s; N = 20 seeds 0-2 1.7 / 3.0, 1.8 / 2.3, 1.0 / 1.7 s. With four rows
-    (N = 64, seed 0) the LNS thread improves the start: 36309.1 with it, 36362.3 without."""
+    (N = 64, seed 0) the LNS thread improves the start: 36309.1 with it, 36362.3 without.
+    The price, where the start is far from optimal: N = 32, G = 2, ``shard``, seed 3
+    (unproven either way) ends 0.27-0.32 % short at 60 s without the thread, 0.18-0.20 %
+    with it (07:02-07:06 UTC, with and without :func:`block_means`)."""
     return num_rows <= 2
 
 
