@@ -84,8 +84,8 @@ def proof_subsolvers(level, num_shards: int, num_rows: int, first: bool = True) 
 def proof_without_lns(num_rows: int) -> bool:
     """Whether the :data:`PROOF` workers of a window of ``num_rows`` rows run without
     CP-SAT's interleaved LNS thread (``use_lns`` off, one thread per named worker). With
-    two rows the start is mostly optimal already (the heuristic's, or a row search's
-    pair) and the proof is the work: the LNS thread takes a share of the two cores from
+    two rows the start is often optimal already (the heuristic's, or a row search's
+    pair) and then the proof is the work: the LNS thread takes a share of the two cores from
     the workers that prove. Measured on scripts/bench_exact.py's ``shard`` windows, G = 2,
     60 s, 2 cores (one run each, 04:48-05:00 UTC 12-01), level 1 and 2 proven in (without
     / with LNS): N = 32 seed 0 40.5 s / not in 60 s (0.0094 % short; 56 s in a 150-s
