@@ -8,6 +8,7 @@ returns what the solver had found by then.
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 from typing import Any, Callable
@@ -17,9 +18,32 @@ from typing import Any, Callable
 GRACE_SECONDS = 1.0
 
 
+# seconds the interpreter waits at exit for a call that was given up (see _join_abandoned)
+EXIT_WAIT_SECONDS = 30.0
+
+# (thread, stop) of every call given up and maybe still running
+_abandoned: list[tuple[threading.Thread, Callable[[], Any]]] = []
+
+
 class Abandoned(RuntimeError):
     """A call ran past its ``give_up_after`` and did not stop when asked: it runs on in its
     thread until it ends by itself, and nothing of it may be read (it still writes)."""
+
+
+@atexit.register
+def _join_abandoned():
+    """Ask every call given up to stop again and wait for it (at most
+    :data:`EXIT_WAIT_SECONDS` in all). A native solver that comes back into Python while
+    the interpreter shuts down aborts the process (exit 134, "terminate called without an
+    active exception"); atexit hooks run before the shutdown starts."""
+    end = time.monotonic() + EXIT_WAIT_SECONDS
+    for thread, stop in _abandoned:
+        while thread.is_alive() and time.monotonic() < end:
+            try:
+                stop()
+            except Exception:  # a solver that is ending may refuse: it ends anyway
+                pass
+            thread.join(0.1)
 
 
 def call_stoppable(call: Callable[[], Any], stop: Callable[[], Any],
@@ -48,7 +72,8 @@ def call_stoppable(call: Callable[[], Any], stop: Callable[[], Any],
         finally:
             done.set()
 
-    threading.Thread(target=run, name="rp-opt solver", daemon=True).start()
+    thread = threading.Thread(target=run, name="rp-opt solver", daemon=True)
+    thread.start()
     stopped = False
     deadline = None if give_up_after is None else time.monotonic() + max(float(give_up_after), 0.0)
     timed_out = None  # when stop was asked for at the deadline
@@ -62,19 +87,24 @@ def call_stoppable(call: Callable[[], Any], stop: Callable[[], Any],
                 stop()
                 timed_out = time.monotonic()
                 continue
-            wait = left if wait is None else min(wait, left)
+            # Event.wait refuses more than threading.TIMEOUT_MAX (about 292 years)
+            wait = min(left, threading.TIMEOUT_MAX) if wait is None else min(wait, left)
         try:
             done.wait(wait)
         except KeyboardInterrupt:
             stopped = True
         if stopped or (timed_out is not None and not done.is_set()):
             if timed_out is not None and time.monotonic() - timed_out > GRACE_SECONDS:
+                _abandoned.append((thread, stop))
                 message = (f"the solver ran {GRACE_SECONDS:g} s past its {give_up_after:g}-s limit "
                            "after being asked to stop")
                 if stopped:  # a Ctrl-C came too: it is not lost in a time limit
                     raise KeyboardInterrupt(message)
                 raise Abandoned(message)
-            stop()
+            try:
+                stop()
+            except KeyboardInterrupt:  # stop can be Python code: asked again on the next pass
+                stopped = True
     if "error" in box:
         raise box["error"]
     return box["value"], stopped

@@ -29,14 +29,14 @@ from typing import Sequence
 import numpy as np
 
 from .errors import InputError, integer, read_array, require
-from .window import Window, _frozen, checked_lengths, compact_counts, routing_violation
+from .window import Window, _ArrayFields, _frozen, checked_lengths, compact_counts, routing_violation
 
 _CHUNK_KEYS = 1 << 24  # counts per chunk of samples (128 MB of int64)
 _SLICE_KEYS = 1 << 24  # routed ids per bincount call (see _count)
 
 
-@dataclass(frozen=True)
-class Replay:
+@dataclass(frozen=True, eq=False)
+class Replay(_ArrayFields):
     """Demand and lengths recovered from replayed routing.
 
     Attributes

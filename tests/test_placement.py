@@ -341,6 +341,27 @@ def test_a_total_time_limit_is_shared_by_the_layers():
         exact_placement(window, 3, "aggregate", total_time_limit=0)
 
 
+def test_a_total_time_limit_counts_both_stages_of_migration():
+    """``migration`` solves ``aggregate`` first and then its own model, each within the
+    layer's limit: a layer gets half its share per stage, so the two stages together keep
+    to the share and the next layer is not starved (it got 1 ms after a layer that took
+    twice its share)."""
+    rng = np.random.default_rng(7)
+    load = rng.integers(1, 1000, (6, 12))
+    window = tiny_window(load)
+    current = Placement.identity(6, 12, 3)
+    start = time.perf_counter()
+    res = exact_placement(window, 3, "migration", mip_gap=0.0, total_time_limit=1.2, current=current,
+                          backend="cpsat")
+    assert time.perf_counter() - start < 1.2 + 1.0
+    limits = [st["time_limit"] for st in res.stats]
+    assert limits[0] == pytest.approx(1.2 / 6 / 2, abs=1e-3)
+    assert min(limits) > 1e-3  # no layer starved by the one before it
+    assert np.all(res.bound <= res.value + 1e-9)
+    for ranks in res.placement.ranks:
+        assert np.all(np.bincount(ranks, minlength=3) == 4)
+
+
 def test_rows_objective_on_an_instance_never_worse_than_aggregate_placement():
     """With a layout of 2 rows x 2 shards, the rows optimum is <= the row cost of the
     aggregate optimum, and its value equals sum_{r,g} max_p W from rp_opt.cost."""

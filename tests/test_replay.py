@@ -79,6 +79,15 @@ def test_a_replay_keeps_its_arrays_apart_from_the_callers():
             r.demand[0, 0, 0] = 1
         # the window shares the replay's frozen arrays
         assert np.shares_memory(r.window().demand, r.demand)
+    # copies and pickles stay read-only (numpy makes the arrays it rebuilds writable), and
+    # compare equal by content, as windows do
+    import copy
+    import pickle
+
+    for twin in (copy.copy(rep), copy.deepcopy(rep), pickle.loads(pickle.dumps(rep))):
+        assert not twin.demand.flags.writeable and not twin.lengths.flags.writeable
+        assert twin == rep and twin.top_k == 2
+    assert Replay(rep.lengths, rep.demand, 3) != rep
 
 
 @pytest.mark.parametrize("bad, message", [

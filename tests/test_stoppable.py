@@ -67,3 +67,31 @@ def test_a_ctrl_c_is_not_lost_when_the_call_is_given_up(ctrl_c):
     with pytest.raises(KeyboardInterrupt, match="past its 0.5-s limit"):
         call_stoppable(lambda: release.wait(10), lambda: None, give_up_after=0.5)
     release.set()
+
+
+def test_a_limit_beyond_what_a_wait_takes_is_no_error():
+    """``give_up_after`` above ``threading.TIMEOUT_MAX`` (about 292 years): the call's
+    answer, not an OverflowError with the call left running."""
+    assert call_stoppable(lambda: 5, lambda: None, give_up_after=1e12) == (5, False)
+
+
+def test_the_interpreter_waits_at_exit_for_a_call_it_gave_up():
+    """A given-up call runs on in a daemon thread; a native solver that comes back into
+    Python while the interpreter shuts down aborts the process (exit 134). The exit hook
+    asks it to stop again and waits for it: here a call that ends by itself 1.5 s in
+    finishes (its print comes out) and the process exits 0."""
+    import subprocess
+    import sys
+
+    script = (
+        "import time\n"
+        "from rp_opt._stoppable import Abandoned, call_stoppable\n"
+        "try:\n"
+        "    call_stoppable(lambda: time.sleep(1.5) or print('finished', flush=True), lambda: None,"
+        " give_up_after=0.1)\n"
+        "except Abandoned:\n"
+        "    print('abandoned', flush=True)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["abandoned", "finished"]

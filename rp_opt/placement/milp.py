@@ -431,6 +431,7 @@ def exact_placement(data, num_ranks: int | None = None, objective="aggregate", *
                               hint="seconds; None: time_limit per layer only")
     start = time.perf_counter()
     overrun = []  # per layer: seconds past its limit (the model's build, the solver's overshoot)
+    stages = 2 if obj.name == "migration" else 1  # solve_layer's two stages (no load cap here)
     for l in range(window.num_layers):
         limit = time_limit
         if total_time_limit is not None:
@@ -442,6 +443,9 @@ def exact_placement(data, num_ranks: int | None = None, objective="aggregate", *
             layers_left = window.num_layers - l
             beyond = float(np.mean(overrun)) if overrun else 0.0
             share = max(left / layers_left - beyond, 1e-3)
+            # solve_layer's limit holds per stage: migration solves aggregate first, and
+            # would otherwise take twice its share and starve the next layer
+            share /= stages
             limit = share if limit is None else min(limit, share)
         problem = LayerProblem(
             load[l], num_ranks,
@@ -452,9 +456,9 @@ def exact_placement(data, num_ranks: int | None = None, objective="aggregate", *
         res = solve_layer(problem, obj, time_limit=limit, mip_gap=mip_gap,
                           warm_start=None if obj.name == "migration" and warm_start is None else warm[l],
                           backend=backend, tolerance=tolerance, threads=threads)
-        res.stats["time_limit"] = limit  # this layer's share (None: no limit)
+        res.stats["time_limit"] = limit  # this layer's share per stage (None: no limit)
         if limit is not None:
-            overrun.append(max(res.seconds - limit, 0.0))
+            overrun.append(max(res.seconds - stages * limit, 0.0))
         log.debug("placement layer %d: %s value %g bound %g (%.3f s)", l, res.status, res.value, res.bound, res.seconds)
         if callback is not None:
             callback(l, res)
