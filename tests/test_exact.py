@@ -962,6 +962,40 @@ def test_ctrl_c_during_the_exact_solve_returns_the_best_plan(heuristic_start, ba
     assert "interrupted (Ctrl-C)" in res.summary()
 
 
+def test_ctrl_c_between_two_highs_levels_keeps_the_levels_solved(monkeypatch):
+    """A Ctrl-C that lands between two HiGHS solves (here: as the first level's solve
+    returns, before its plan is read, and as the second's returns) returned the start.
+    The levels solved before it now stand with their plan; the level whose plan was not
+    read is dropped, and the result says it was interrupted."""
+    from rp_opt.packing.exact import pyomo_model
+
+    inst = make_window(12, D=4, G=2, L=2, E=4, P=2, seed=3)
+    place = Placement.identity(2, 4, 2)
+    real = pyomo_model.solve_pyomo
+    for interrupt_at in (1, 2):
+        calls = []
+
+        def solve_then_ctrl_c(opt, model, **kw):
+            out = real(opt, model, **kw)
+            calls.append(1)
+            if len(calls) == interrupt_at:
+                raise KeyboardInterrupt
+            return out
+
+        monkeypatch.setattr(pyomo_model, "solve_pyomo", solve_then_ctrl_c)
+        res = solve_packing(inst, place, 2, objective="sync", time_limit=60, heuristic_start=False,
+                            backend="highs", relax_bound=False)
+        checked(inst, res, num_rows=2)
+        assert res.stats["interrupted"] is True and "interrupted" in res.stats["skipped_levels"]
+        assert res.status == "feasible"
+        assert len(res.stats["levels"]) == interrupt_at - 1
+        if interrupt_at == 2:
+            # level 1 was solved (proven), and its plan is the answer
+            level1 = res.stats["levels"][0]
+            assert level1["status"] == "optimal" and level1["value"] == pytest.approx(res.score[0])
+            assert not res.stats.get("kept_start")
+
+
 def test_ctrl_c_during_a_highs_model_keeps_its_incumbent(ctrl_c):
     """A Ctrl-C during the Pyomo HiGHS model returned the start: Pyomo's results say
     nothing of HiGHS's incumbent after an interrupt. It is now loaded from HiGHS: here

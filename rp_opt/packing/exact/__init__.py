@@ -327,8 +327,8 @@ ROUNDING_TOLERANCE = 1e-3
 
 
 def _interrupted(out) -> bool:
-    """Whether Ctrl-C stopped one of the solves of a model outcome."""
-    return any(o.stats.get("interrupted") for o in out.levels)
+    """Whether Ctrl-C stopped one of the solves of a model outcome, or came between two."""
+    return bool((out.extra or {}).get("interrupted")) or any(o.stats.get("interrupted") for o in out.levels)
 
 
 def _all_proven(levels, obj) -> bool:
@@ -514,8 +514,8 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
         try:
             out = builder.solve(budget, seed=seed, start=start)
         except KeyboardInterrupt:
-            # a Ctrl-C between HiGHS's solves (one during a solve comes back in the levels,
-            # with HiGHS's incumbent): the start is the answer
+            # a Ctrl-C before HiGHS's first level ran (e.g. while the MIP start was set up;
+            # one during or after a level comes back in the levels): the start is the answer
             stats["interrupted"] = True
             out = SolveOutcome(None, [], [], {})
     stats["build_seconds"] = None

@@ -174,61 +174,70 @@ class PyomoPacking:
         # spend it, so the plan's level k can exceed its optimum by that much)
         margin = [self.level_tol * 100.0 / self.unit] * n
         extra, late = {}, 0.0    # late: the most a solve has run past its HiGHS limit so far
-        for k, expr in enumerate(self.levels):
-            if k and budget.left() <= late:
-                # no time left for this level (each solve returns ``late`` after its limit):
-                # the plan so far stands, its later levels unproven
-                extra["skipped_levels"] = f"{k + 1}..{n}: time limit"
-                break
-            m.obj.set_value(expr)
-            opt.config.time_limit = max(budget.for_level(k, n) - late, 0.01)
-            t0 = time.perf_counter()
-            res, stopped = solve_pyomo(opt, m, on_interrupt="return")
-            secs = time.perf_counter() - t0
-            late = max(late, secs - opt.config.time_limit)
-            tc = res.termination_condition
-            stats = {"status": str(tc.name), "seconds": secs, "limit": opt.config.time_limit}
-            if stopped:
-                # Ctrl-C: HiGHS's incumbent (Pyomo's results do not report it), no bound,
-                # no later level
-                stats["interrupted"] = True
-                try:
-                    opt.load_vars()
-                except RuntimeError:  # HiGHS had no solution yet
-                    outcomes.append(LevelOutcome("no_solution", None, None, secs, stats))
+        taken = 0  # levels whose solution ``layout`` is
+        try:
+            for k, expr in enumerate(self.levels):
+                if k and budget.left() <= late:
+                    # no time left for this level (each solve returns ``late`` after its limit):
+                    # the plan so far stands, its later levels unproven
+                    extra["skipped_levels"] = f"{k + 1}..{n}: time limit"
                     break
-                outcomes.append(LevelOutcome("feasible", float(pe.value(expr)) / self.unit, None, secs, stats))
-                layout = self.layout_from()
-                break
-            has = res.best_feasible_objective is not None
-            if has and tc in (TerminationCondition.optimal, TerminationCondition.maxTimeLimit,
-                              TerminationCondition.maxIterations, TerminationCondition.objectiveLimit):
-                res.solution_loader.load_vars()
-                value = float(pe.value(expr))
-                bound = res.best_objective_bound
-                bound = float(bound) if bound is not None else None
-                optimal = tc == TerminationCondition.optimal
-                reported = float(res.best_feasible_objective)
-                if abs(reported - value) > 1e-6 * max(1.0, abs(value)):
-                    # HiGHS's objective is not that of the solution it returned (the MIP
-                    # start bug above): trust neither its optimality nor its bound
-                    stats["objective_mismatch"] = (reported, value)
-                    optimal, bound = False, None
-                outcomes.append(LevelOutcome("optimal" if optimal else "feasible", value / self.unit,
-                                             None if bound is None else bound / self.unit, secs, stats))
-                layout = self.layout_from()
-                # hold level k at its value within the tolerance, start the next solve here
-                m.hold.add(expr <= value + self.level_tol * max(1.0, abs(value)))
-                margin[k] = self.level_tol * max(100.0, abs(value)) / self.unit
-                # the same HiGHS bug strikes the later levels, warm-started from this one: with
-                # presolve on it reported their optimum but returned the start's values
-                # (tests/test_exact.py, test_highs_later_levels_return_the_solution_they_report)
-                opt.config.warmstart = True
-                opt.highs_options["presolve"] = "off"
-            else:
-                st = "infeasible" if tc == TerminationCondition.infeasible else "no_solution"
-                outcomes.append(LevelOutcome(st, None, None, secs, stats))
-                break
+                m.obj.set_value(expr)
+                opt.config.time_limit = max(budget.for_level(k, n) - late, 0.01)
+                t0 = time.perf_counter()
+                res, stopped = solve_pyomo(opt, m, on_interrupt="return")
+                secs = time.perf_counter() - t0
+                late = max(late, secs - opt.config.time_limit)
+                tc = res.termination_condition
+                stats = {"status": str(tc.name), "seconds": secs, "limit": opt.config.time_limit}
+                if stopped:
+                    # Ctrl-C: HiGHS's incumbent (Pyomo's results do not report it), no bound,
+                    # no later level
+                    stats["interrupted"] = True
+                    try:
+                        opt.load_vars()
+                    except RuntimeError:  # HiGHS had no solution yet
+                        outcomes.append(LevelOutcome("no_solution", None, None, secs, stats))
+                        break
+                    outcomes.append(LevelOutcome("feasible", float(pe.value(expr)) / self.unit, None, secs, stats))
+                    layout, taken = self.layout_from(), len(outcomes)
+                    break
+                has = res.best_feasible_objective is not None
+                if has and tc in (TerminationCondition.optimal, TerminationCondition.maxTimeLimit,
+                                  TerminationCondition.maxIterations, TerminationCondition.objectiveLimit):
+                    res.solution_loader.load_vars()
+                    value = float(pe.value(expr))
+                    bound = res.best_objective_bound
+                    bound = float(bound) if bound is not None else None
+                    optimal = tc == TerminationCondition.optimal
+                    reported = float(res.best_feasible_objective)
+                    if abs(reported - value) > 1e-6 * max(1.0, abs(value)):
+                        # HiGHS's objective is not that of the solution it returned (the MIP
+                        # start bug above): trust neither its optimality nor its bound
+                        stats["objective_mismatch"] = (reported, value)
+                        optimal, bound = False, None
+                    outcomes.append(LevelOutcome("optimal" if optimal else "feasible", value / self.unit,
+                                                 None if bound is None else bound / self.unit, secs, stats))
+                    layout, taken = self.layout_from(), len(outcomes)
+                    # hold level k at its value within the tolerance, start the next solve here
+                    m.hold.add(expr <= value + self.level_tol * max(1.0, abs(value)))
+                    margin[k] = self.level_tol * max(100.0, abs(value)) / self.unit
+                    # the same HiGHS bug strikes the later levels, warm-started from this one: with
+                    # presolve on it reported their optimum but returned the start's values
+                    # (tests/test_exact.py, test_highs_later_levels_return_the_solution_they_report)
+                    opt.config.warmstart = True
+                    opt.highs_options["presolve"] = "off"
+                else:
+                    st = "infeasible" if tc == TerminationCondition.infeasible else "no_solution"
+                    outcomes.append(LevelOutcome(st, None, None, secs, stats))
+                    break
+        except KeyboardInterrupt:
+            # a Ctrl-C between HiGHS's solves (one during a solve comes back above): the
+            # levels solved so far stand with their plan; a level whose plan was not read
+            # yet is dropped, and no later level runs
+            del outcomes[taken:]
+            extra["interrupted"] = True
+            extra["skipped_levels"] = f"{len(outcomes) + 1}..{n}: interrupted (Ctrl-C)"
         return SolveOutcome(layout, outcomes, margin, extra)
 
 
