@@ -25,9 +25,10 @@ short run of the ``heuristic`` planner as the start; with R >= 3 and G >= 2, pai
 are then re-solved exactly (:mod:`.row_search`; as two-row windows of their own when level
 1 adds up rows, as ``sync`` does, else with the other rows as constants), which improves
 the start and, through it, CP-SAT's bound. When level 1 is not a sum over rows (``shard``)
-and R >= 3, G >= 2, a solve of the pooled window (:mod:`.pooled`: the R G blocks as the
+and R >= 3, G >= 2, a bound on the pooled window (:mod:`.pooled`: the R G blocks as the
 interchangeable rows of one shard, minimising the block mean that bounds level 1) gives a
-bound the model's own does not reach. With symmetry breaking, the models number the
+bound the model's own does not reach: the set-partitioning LP over blocks by column
+generation (:mod:`.columns`) up to 48 samples, a CP-SAT solve of the pooled model above. With symmetry breaking, the models number the
 samples heaviest first (:func:`.common.heaviest_first`), so the chains fix where the
 longest samples sit; plans come back in the caller's numbering. CP-SAT
 searches longest sample first, each sample's block before its cell, with the workers

@@ -36,6 +36,12 @@ from .common import aggregate_count
 from .row_search import rows_separable
 
 
+# windows of at most this many samples take the pooled bound by column generation over
+# blocks (.columns: the set-partitioning LP), larger ones by the CP-SAT pooled model, whose
+# bound was the stronger in the time at N = 64 (see .columns)
+COLUMNS_MAX_SAMPLES = 48
+
+
 def pooled_objective(objective, num_rows: int, num_shards: int) -> Objective | None:
     """The one-level objective alpha sum A + beta sum X that bounds level 1 of
     ``objective`` from below for every layout of ``num_rows`` x ``num_shards`` blocks (see
@@ -70,11 +76,15 @@ def pooled_useful(objective, num_rows: int, num_shards: int) -> bool:
 
 def pooled_bound(instance: Instance, placement, num_rows: int, objective, start, seconds: float, seed: int,
                  **options) -> dict:
-    """Solve the pooled window (:func:`pooled_instance`, :func:`pooled_objective`) with
-    CP-SAT for ``seconds``, from ``start`` (a layout of the grid, or None), and return its
-    stats: ``bound`` (a lower bound of level 1 of ``objective`` for every layout of the
-    grid; None without one), ``value`` (the pooled objective of its best layout),
-    ``status``, ``seconds``, ``alpha``, ``beta`` and, after a Ctrl-C, ``interrupted``. ``options`` go to
+    """Bound the pooled window (:func:`pooled_instance`, :func:`pooled_objective`) for
+    ``seconds``, from ``start`` (a layout of the grid, or None), and return the stats:
+    ``bound`` (a lower bound of level 1 of ``objective`` for every layout of the grid; None
+    without one), ``status``, ``seconds``, ``alpha``, ``beta`` and, after a Ctrl-C,
+    ``interrupted``. Windows of at most :data:`COLUMNS_MAX_SAMPLES` samples with a start:
+    the set-partitioning LP over blocks by column generation
+    (:func:`.columns.block_column_bound`; ``method`` = ``columns``, with ``lp``,
+    ``iterations``, ``columns``); others: the pooled model solved by CP-SAT, with ``value``
+    (the pooled objective of its best layout). ``options`` go to
     :func:`rp_opt.packing.exact.solve_packing` (workers, subsolvers, symmetry, tighten,
     together); the pooled solve runs no heuristic start, relaxation or row search."""
     from . import solve_packing
@@ -83,12 +93,21 @@ def pooled_bound(instance: Instance, placement, num_rows: int, objective, start,
     pooled = pooled_objective(objective, num_rows, num_shards)
     if pooled is None:
         return {"bound": None, "status": "skipped", "reason": "level 1 weighs neither A nor X"}
+    total = pooled.levels[0][0][1]
+    if start is not None and instance.window.num_samples <= COLUMNS_MAX_SAMPLES:
+        from .columns import block_column_bound
+        from .common import packing_data
+
+        data = packing_data(instance, placement, num_rows)
+        out = block_column_bound(data, total.attention, total.expert, start, seconds, seed=seed,
+                                 workers=options.get("workers") or 2)
+        out.update(alpha=total.attention, beta=total.expert)
+        return out
     sub = pooled_instance(instance)
     blocks = num_rows * num_shards
     sub_start = None if start is None else Layout(start.cell_of, blocks, sub.cluster.dp)  # same cell numbers
     res = solve_packing(sub, placement, blocks, objective=pooled, time_limit=seconds, seed=seed, start=sub_start,
                         heuristic_start=False, relax_bound=False, row_search=False, pooled_bound=False, **options)
-    total = pooled.levels[0][0][1]
     out = {"bound": res.bound, "value": res.score[0] if res.score else None, "status": res.status,
            "seconds": res.seconds, "alpha": total.attention, "beta": total.expert}
     if res.stats.get("interrupted"):
