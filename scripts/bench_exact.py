@@ -47,7 +47,7 @@ def window(n, g, seed, layers=8, experts=16, capacity=16384):
 
 
 def run_packing(spec: str, time_limit: float, seed: int, workers: int | None, subsolvers, row_search: bool = True,
-                together: str = TOGETHER, pooled_bound: bool = True):
+                together: str = TOGETHER, pooled_bound: bool = True, polish: bool = True):
     n, g, objective, backend, sym = spec.split(":")
     inst = window(int(n), int(g), seed)
     rows = default_num_rows(inst)
@@ -55,7 +55,8 @@ def run_packing(spec: str, time_limit: float, seed: int, workers: int | None, su
     t0 = time.perf_counter()
     res = solve_packing(inst, place, rows, objective=objective, backend=backend, symmetry=bool(int(sym)),
                         time_limit=time_limit, seed=seed, workers=workers, subsolvers=subsolvers,
-                        row_search=row_search, together=together, pooled_bound=pooled_bound)
+                        row_search=row_search, together=together, pooled_bound=pooled_bound,
+                        polish=polish)
     secs = time.perf_counter() - t0
     rep = check(inst, res.plan, num_rows=rows)
     gap = res.gap
@@ -184,6 +185,9 @@ def main():
                     help="without the pooled window's bound before the model (rp_opt.packing.exact.pooled)")
     ap.add_argument("--no-row-search", action="store_true",
                     help="without the row-pair search before the model (rp_opt.packing.exact.row_search)")
+    ap.add_argument("--no-polish", action="store_true",
+                    help="two-row windows: without CP-SAT's portfolio improving the start before the proof "
+                         "(rp_opt.packing.exact.cpsat_model.CpsatPacking.polish)")
     ap.add_argument("--together", choices=TOGETHER_MODES, default=TOGETHER,
                     help="which levels one CP-SAT solve minimises together "
                          "(rp_opt.packing.exact.cpsat_model.CpsatPacking.solve_groups)")
@@ -202,7 +206,7 @@ def main():
         subsolvers = PROOF if args.subsolvers is None else ",".join(args.subsolvers)
         for spec in args.runs:
             run_packing(spec, args.time_limit, args.seed, args.workers, subsolvers, not args.no_row_search,
-                        args.together, not args.no_pooled_bound)
+                        args.together, not args.no_pooled_bound, not args.no_polish)
     if args.joint:
         run_joint(args.joint, args.time_limit, args.expert_ratio, args.objective, args.joint_experts,
                   args.joint_ranks, args.joint_layers)

@@ -1012,3 +1012,34 @@ def test_ctrl_c_during_a_highs_model_keeps_its_incumbent(ctrl_c):
     assert res.status == "feasible" and not res.stats.get("kept_start")
     assert level1["value"] == pytest.approx(res.score[0]) and level1["bound"] is None
     assert res.score < tuple(res.stats["start_score"])
+
+
+def test_polish_improves_the_start_of_two_rows_and_keeps_the_optimum():
+    """Two rows, a level 1 that adds up rows (``sync``), the default workers: before the
+    proof (``fixed`` alone, without CP-SAT's LNS), CP-SAT's own portfolio improves the
+    start's level 1 (``stats["polish"]``). From the greedy start (no heuristic) the plan
+    still reaches the brute-force optimum, and the polished value is never above the
+    start's. ``shard`` (whose first solve has an LP worker), three rows, explicit workers
+    and ``polish=False`` do not polish."""
+    place = Placement.identity(2, 4, 2)
+    for seed in (21, 22):
+        inst = make_window(8, D=2, G=2, seed=seed)
+        res = solve_packing(inst, place, 2, objective="sync", time_limit=30, heuristic_start=False)
+        checked(inst, res, num_rows=2)
+        polish = res.stats["polish"]
+        assert polish["seconds"] > 0 and polish["status"] in ("OPTIMAL", "FEASIBLE")
+        # the portfolio starts from its hint: level 1 never rises (up to the integer scale)
+        assert polish["value"] <= polish["start"] * (1 + 1e-6)
+        assert res.score[0] <= polish["start"] * (1 + 1e-9)
+        assert res.status == "optimal"
+        assert_lex_close(res.score, brute_force(inst, place, 2, "sync"))
+        off = solve_packing(inst, place, 2, objective="sync", time_limit=30, heuristic_start=False, polish=False)
+        checked(inst, off, num_rows=2)
+        assert "polish" not in off.stats
+        assert_lex_close(off.score, res.score)
+    inst = make_window(8, D=2, G=2, seed=4)
+    assert "polish" not in solve_packing(inst, place, 2, objective="shard", time_limit=30).stats
+    assert "polish" not in solve_packing(inst, place, 3, objective="sync", time_limit=30).stats
+    assert "polish" not in solve_packing(inst, place, 2, objective="sync", time_limit=30, workers=2).stats
+    with pytest.raises(InputError, match="polish"):
+        solve_packing(inst, place, 2, objective="sync", time_limit=5, polish="nope")

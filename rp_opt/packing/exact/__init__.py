@@ -66,13 +66,17 @@ from .common import (Budget, build_seconds, canonical_layout, greedy_layout, hea
 from .cpsat_model import PROOF, TOGETHER, SolveOutcome, check_together
 from .pooled import pooled_bound as pooled_level_bound
 from .pooled import pooled_useful
-from .row_search import INTERRUPTED, row_pair_search
+from .row_search import INTERRUPTED, row_pair_search, rows_separable
 
 # share of the time left after the start that the row-pair search may take (it ends
 # earlier when no pair of rows improves)
 ROW_SEARCH_SHARE = 0.2
 # share of the time left after the row search that the pooled bound's solve takes (.pooled)
 POOLED_SHARE = 0.4
+# two-row CP-SAT windows: share of the time left before the model that CP-SAT's own
+# portfolio takes to improve the start (CpsatPacking.polish), and at most this many seconds
+POLISH_SHARE = 0.12
+POLISH_SECONDS = 8.0
 
 log = logging.getLogger("rp_opt")
 
@@ -141,7 +145,8 @@ def _heuristic_layout(instance, placement, num_rows, obj, data, time_limit, seed
     return layout
 
 
-_SWITCHES = ("symmetry", "tighten", "mip_start", "heuristic_start", "relax_bound", "row_search", "pooled_bound")
+_SWITCHES = ("symmetry", "tighten", "mip_start", "heuristic_start", "relax_bound", "row_search", "pooled_bound",
+             "polish")
 
 
 def check_args(**args) -> dict:
@@ -200,7 +205,7 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
                   workers: int | None = None, subsolvers: tuple[str, ...] | str | None = PROOF,
                   mip_start: bool = False, heuristic_start: bool = True,
                   relax_bound: bool = True, row_search: bool = True, pooled_bound: bool = True,
-                  together: str = TOGETHER, solver_name: str = "exact") -> Result:
+                  polish: bool = True, together: str = TOGETHER, solver_name: str = "exact") -> Result:
     """Optimal layout of ``instance`` for a fixed ``placement`` and ``num_rows`` rows.
 
     Parameters
@@ -249,6 +254,14 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         interchangeable rows of one shard (:mod:`.pooled`, :data:`POOLED_SHARE` of the time
         left); the bound is reported (stats ``pooled``), and proves level 1 when it meets
         the plan's value.
+    polish
+        CP-SAT, two rows, a level 1 that adds up rows (``sync``; any objective with G = 1),
+        the default workers: before the proof solve, improve the start's level 1 with
+        CP-SAT's own portfolio and its LNS (:data:`POLISH_SHARE` of the time left, at most
+        :data:`POLISH_SECONDS`; :meth:`.cpsat_model.CpsatPacking.polish`; stats
+        ``polish``). That proof runs ``fixed`` alone, without LNS
+        (:func:`.cpsat_model.proof_subsolvers`, :func:`.cpsat_model.proof_without_lns`),
+        and keeps a poor start poor.
     together
         CP-SAT: which levels one solve minimises together (``auto``, ``leading``, ``later``,
         ``none``; :meth:`.cpsat_model.CpsatPacking.solve_groups`).
@@ -272,7 +285,7 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     num_rows = integer("num_rows", num_rows, 1)
     args = check_args(seed=seed, workers=workers, symmetry=symmetry, tighten=tighten, mip_start=mip_start,
                       heuristic_start=heuristic_start, relax_bound=relax_bound, row_search=row_search,
-                      pooled_bound=pooled_bound, together=together)
+                      pooled_bound=pooled_bound, polish=polish, together=together)
     seed = args.pop("seed")
     # the build estimate needs the model's size only: no rank demand (the model computes it,
     # in its own numbering)
@@ -369,7 +382,7 @@ def _two_row_layout(sub: Instance, placement: Placement, obj, start: Layout, sec
 
 def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj, time_limit, seed, start, backend,
                    subsolvers, solver_name, t0, build, *, workers, symmetry, tighten, mip_start,
-                   heuristic_start, relax_bound, row_search, pooled_bound, together) -> Result:
+                   heuristic_start, relax_bound, row_search, pooled_bound, polish, together) -> Result:
     """:func:`solve_packing` on checked arguments, in the numbering of ``instance``
     (``build``: the model's build estimate, seconds)."""
     window, coefficients = instance.window, _coefficients(instance)
@@ -506,8 +519,26 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
 
         builder = CpsatPacking(data, obj, mode, tighten=tighten, eq4=eq4)
         stats["scale"] = {"K": builder.scale.K, "att_mult": builder.scale.att_mult, "gamma_int": builder.scale.gamma_int}
-        out = builder.solve(budget, seed=seed, workers=workers, subsolvers=subsolvers, start=start,
-                            extra_bound=relaxation, together=together)
+        if (polish and start is not None and num_rows == 2 and subsolvers == PROOF and workers is None
+                and rows_separable(obj.levels[0], data.num_shards)):
+            seconds = min(POLISH_SHARE * budget.left(), POLISH_SECONDS)
+            if seconds >= 0.5:
+                better, stats["polish"] = builder.polish(start, seconds, seed)
+                stats["polish"]["start"] = float(start_score[0])
+                better_score = score(instance, placement, better, obj)
+                stats["polish"]["improved"] = lex_better(better_score, start_score)
+                if stats["polish"]["improved"]:
+                    start, start_score = canonical_layout(better, data.num_shards, mode) if mode else better, better_score
+                    stats["start"] += ", then CP-SAT's portfolio from it"
+                if stats["polish"].pop("interrupted", False):
+                    stats["interrupted"] = True
+        if stats.get("interrupted"):
+            # Ctrl-C while polishing: its layout (or the start) is the answer
+            stats["model"] = "interrupted (Ctrl-C) before the model ran"
+            out = SolveOutcome(None, [], [], {})
+        else:
+            out = builder.solve(budget, seed=seed, workers=workers, subsolvers=subsolvers, start=start,
+                                extra_bound=relaxation, together=together)
     else:
         from .pyomo_model import PyomoPacking
 
@@ -636,7 +667,7 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
     options
         ``symmetry`` (bool), ``tighten`` (bool), ``workers`` (int), ``subsolvers`` (names or None),
         ``mip_start`` (bool), ``heuristic_start`` (bool), ``relax_bound`` (bool), ``row_search`` (bool),
-        ``pooled_bound`` (bool), ``together`` (``auto``, ``leading``, ``later``, ``none``): see
+        ``pooled_bound`` (bool), ``polish`` (bool), ``together`` (``auto``, ``leading``, ``later``, ``none``): see
         :func:`solve_packing`.
     """
     t0 = time.perf_counter()

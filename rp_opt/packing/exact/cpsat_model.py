@@ -457,6 +457,34 @@ class CpsatPacking:
             pos += size
         return groups
 
+    def polish(self, start: Layout, seconds: float, seed: int = 0) -> tuple[Layout, dict]:
+        """Improve ``start`` on level 1 for ``seconds`` with CP-SAT's own portfolio on two
+        threads (its LNS workers), before a proof solve that runs without them
+        (:func:`proof_without_lns`): with two rows the proving workers keep the incumbent
+        they are given, so a start far from the optimum is where they fail (see
+        :data:`rp_opt.packing.exact.POLISH_SHARE`). Returns the better layout (``start``
+        when none was found) and the stats: ``seconds``, ``status``, ``value`` (level 1 of
+        the layout, cost units) and, after a Ctrl-C, ``interrupted``
+        (:func:`~rp_opt.packing.exact.solve_packing` adds ``start``, the start's level 1,
+        and ``improved``). Adds nothing to the model but its hints."""
+        expr, unit = self.levels[0][0], self.levels[0][1]
+        self.hint(start)
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(seconds, 0.01)
+        solver.parameters.num_workers = 2
+        solver.parameters.random_seed = seed
+        self.model.minimize(expr)
+        t0 = time.perf_counter()
+        status = cpsat_solve(solver, self.model, None, on_interrupt="return")
+        stats = {"seconds": time.perf_counter() - t0, "status": solver.status_name(status)}
+        if interrupted(solver):
+            stats["interrupted"] = True
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return start, stats
+        layout = self.layout_from(solver)
+        stats["value"] = round(solver.objective_value) / unit
+        return layout, stats
+
     def layout_from(self, solver) -> Layout:
         cell_of = np.empty(self.data.num_samples, dtype=np.int64)
         for i, cells in enumerate(self.cells_of):
