@@ -1022,8 +1022,8 @@ def test_polish_improves_the_start_of_two_rows_and_keeps_the_optimum():
     start's. ``shard`` (whose first solve has an LP worker), three rows, explicit workers
     and ``polish=False`` do not polish."""
     place = Placement.identity(2, 4, 2)
-    for seed in (21, 22):
-        inst = make_window(8, D=2, G=2, seed=seed)
+    for seed in (21,):
+        inst = make_window(7, D=2, G=2, seed=seed)
         res = solve_packing(inst, place, 2, objective="sync", time_limit=30, heuristic_start=False)
         checked(inst, res, num_rows=2)
         polish = res.stats["polish"]
@@ -1037,7 +1037,7 @@ def test_polish_improves_the_start_of_two_rows_and_keeps_the_optimum():
         checked(inst, off, num_rows=2)
         assert "polish" not in off.stats
         assert_lex_close(off.score, res.score)
-    inst = make_window(8, D=2, G=2, seed=4)
+    inst = make_window(7, D=2, G=2, seed=4)
     assert "polish" not in solve_packing(inst, place, 2, objective="shard", time_limit=30).stats
     assert "polish" not in solve_packing(inst, place, 3, objective="sync", time_limit=30).stats
     assert "polish" not in solve_packing(inst, place, 2, objective="sync", time_limit=30, workers=2).stats
