@@ -73,8 +73,14 @@ from .row_search import INTERRUPTED, row_pair_search, rows_separable
 ROW_SEARCH_SHARE = 0.2
 # share of the time left after the row search that the pooled bound's solve takes (.pooled)
 POOLED_SHARE = 0.4
-# two-row CP-SAT windows: share of the time left before the model that CP-SAT's own
-# portfolio takes to improve the start (CpsatPacking.polish), and at most this many seconds
+# two-row CP-SAT windows whose level 1 adds up rows: share of the time left before the
+# model that CP-SAT's own portfolio takes to improve the start (CpsatPacking.polish), and
+# at most this many seconds. scripts/bench_exact.py's N = 32 sync windows, 60 s, 2 cores
+# (12-01, 19:25-20:05 UTC, one run each unless said): proven with / without it, G = 2:
+# seed 1 in 33.6 and 34.1 s / 0.10 % short; seed 3 42.0 s / 0.73 % short; seed 4 0.24 %
+# short / 53.7 and 53.8 s; seed 0 short either way (0.06-0.44 % / 0.04-0.05 %); G = 1,
+# seed 0: 23.1 s / 0.14 % short. Its improvements come all through the 8 s (seed 3:
+# 17873.1 -> 17831.9, the optimum 17798.7), so it does not stop on a stall.
 POLISH_SHARE = 0.12
 POLISH_SECONDS = 8.0
 
@@ -355,12 +361,14 @@ def _two_row_layout(sub: Instance, placement: Placement, obj, start: Layout, sec
     """The exact solve of one two-row sub-window for :func:`.row_search.row_pair_search`
     (warm-started by ``start``; no heuristic start, relaxation or row search of its own):
     its layout and whether it is proven optimal. ``fixed``: None, or the other rows'
-    :func:`.row_search.context`, which the CP-SAT model then counts as constants."""
+    :func:`.row_search.context`, which the CP-SAT model then counts as constants. No
+    polish: the row search's solves were measured without it (the polish is not measured
+    there)."""
     if fixed is None:
         res = solve_packing(sub, placement, 2, objective=obj, time_limit=seconds, seed=seed, start=start,
                             backend=backend, symmetry=symmetry, tighten=tighten, workers=workers,
                             subsolvers=subsolvers, heuristic_start=False, relax_bound=False, row_search=False,
-                            together=together)
+                            polish=False, together=together)
         if res.stats.get("interrupted"):
             raise KeyboardInterrupt("row search interrupted (Ctrl-C)")
         return (res.plan.layout if res.plan is not None else None), res.status == OPTIMAL
