@@ -97,3 +97,20 @@ def solve_pyomo(opt, model, on_interrupt: str = "raise"):
 
 def _drop_interrupt_warning(record) -> bool:
     return "kInterrupt" not in record.getMessage()
+
+
+def import_pyomo() -> None:
+    """Import the parts of Pyomo that rp-opt uses (about a second, once per process). A
+    Ctrl-C during that import leaves Pyomo's packages half made in ``sys.modules`` (e.g.
+    ``pyomo.common`` without ``errors``), and every later import of Pyomo in the process
+    then fails with an AttributeError: so on a Ctrl-C the half-made modules are dropped
+    (this module's importers among them) before the KeyboardInterrupt goes on, and the
+    next call imports Pyomo afresh."""
+    try:
+        import pyomo.environ  # noqa: F401
+        import pyomo.contrib.appsi.base  # noqa: F401
+        import pyomo.contrib.appsi.solvers  # noqa: F401
+    except KeyboardInterrupt:
+        for name in [n for n in sys.modules if n == "pyomo" or n.startswith("pyomo.")]:
+            del sys.modules[name]
+        raise

@@ -95,3 +95,35 @@ def test_the_interpreter_waits_at_exit_for_a_call_it_gave_up():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["abandoned", "finished"]
+
+
+def test_a_ctrl_c_during_the_pyomo_import_leaves_no_half_made_pyomo():
+    """A Ctrl-C while Pyomo imports (its first use in a process: the HiGHS models) left
+    ``pyomo.common`` without ``errors`` in ``sys.modules``, and every later HiGHS model in
+    the process failed with an AttributeError. In a fresh interpreter, a Ctrl-C raised
+    from inside that import is passed on, and the next call imports Pyomo and builds a
+    model."""
+    import subprocess
+    import sys
+
+    code = """
+import builtins, sys
+from rp_opt._highs import import_pyomo
+real = builtins.__import__
+def interrupting(name, *args, **kwargs):
+    if name == "pyomo.common.errors" or (name == "errors" and args and (args[0] or {}).get("__name__", "").startswith("pyomo")):
+        raise KeyboardInterrupt
+    return real(name, *args, **kwargs)
+builtins.__import__ = interrupting
+try:
+    import_pyomo()
+except KeyboardInterrupt:
+    print("interrupted", any(n.startswith("pyomo") for n in sys.modules))
+builtins.__import__ = real
+import_pyomo()
+import pyomo.environ as pe
+m = pe.ConcreteModel(); m.x = pe.Var(); print("built", type(m.x).__name__)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["interrupted", "False", "built", "ScalarVar"]

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._cpsat import solve
-from .._highs import silence_banner, solve_pyomo
+from .._highs import import_pyomo, silence_banner, solve_pyomo
 from ..errors import InputError, number, require
 from ..result import FEASIBLE, NO_SOLUTION, OPTIMAL, relative_gap
 from ..solution import Layout, Placement
@@ -215,6 +215,7 @@ def _relabel_towards(current: np.ndarray, ranks: np.ndarray, num_ranks: int) -> 
 
 
 def _solve_highs(problem, obj, order, warm, warm_value, time_limit, mip_gap):
+    import_pyomo()  # a Ctrl-C during the first import leaves no half-made Pyomo behind
     import pyomo.environ as pyo
     from pyomo.contrib.appsi.solvers import Highs
     from pyomo.contrib.appsi.base import TerminationCondition

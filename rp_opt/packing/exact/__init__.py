@@ -57,6 +57,7 @@ from ...cost import cost_bounds, get_objective, rank_load, score
 from ...errors import MAX_SEED, integer, number, require, switch
 from ...result import FEASIBLE, GIVEN_PLACEMENT, INFEASIBLE, NO_SOLUTION, OPTIMAL, Plan, Result
 from ...rows import certify_seconds, row_count_reason
+from ..._highs import import_pyomo
 from ...solution import Layout, Placement, placement_for
 from ...solvers import register_solver
 from ...window import Instance
@@ -484,7 +485,8 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
                 # relaxation's 35788.7 after 4 s): the later levels get the time
                 stats["relaxation"] = {"skipped": "the pooled bound ran"}
                 return None
-            from .pyomo_model import relaxation_bound  # Pyomo: about a second to import, once
+            import_pyomo()  # about a second, once; a Ctrl-C during it leaves no half-made Pyomo
+            from .pyomo_model import relaxation_bound
 
             limit = min(0.8 * budget.left(), 20.0)
             why = too_big(build_seconds(data, coefficients, "pyomo"), limit)
@@ -548,6 +550,7 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
             out = builder.solve(budget, seed=seed, workers=workers, subsolvers=subsolvers, start=start,
                                 extra_bound=relaxation, together=together)
     else:
+        import_pyomo()
         from .pyomo_model import PyomoPacking
 
         builder = PyomoPacking(data, obj, mode, tighten=tighten, eq4=eq4, mip_start=mip_start)
