@@ -1060,29 +1060,3 @@ def test_ctrl_c_during_the_polish_keeps_its_layout(ctrl_c):
     assert res.stats["model"] == "interrupted (Ctrl-C) before the model ran"
     assert res.score[0] <= res.stats["polish"]["start"] * (1 + 1e-9)
 
-
-def test_bound_phase_of_three_rows_keeps_the_optimum(monkeypatch):
-    """Three rows, two shards, ``sync``: level 1 runs with CP-SAT's LNS thread (the plan),
-    then from its plan with two LP workers without it (the bound; cpsat_model.bound_phase).
-    With the first phase cut to almost nothing the second must prove the optimum, and it
-    reaches the one-phase optimum; ``shard``, one shard and two rows keep one phase."""
-    from rp_opt.packing.exact import cpsat_model
-
-    assert cpsat_model.bound_phase(get_objective("sync").levels[0], 2, 3)
-    assert not cpsat_model.bound_phase(get_objective("shard").levels[0], 2, 3)
-    assert not cpsat_model.bound_phase(get_objective("sync").levels[0], 1, 3)
-    assert not cpsat_model.bound_phase(get_objective("sync").levels[0], 2, 2)
-    inst = make_window(9, D=2, G=2, seed=5)
-    place = Placement.identity(2, 4, 2)
-    monkeypatch.setattr(cpsat_model, "PLAN_SHARE", 1e-3)
-    res = solve_packing(inst, place, 3, objective="sync", time_limit=30, row_search=False)
-    checked(inst, res, num_rows=3)
-    phases = res.stats["levels"][0]["phases"]
-    assert [p["lns"] for p in phases] == [True, False] and phases[1]["status"] == "OPTIMAL"
-    assert res.stats["levels"][0]["subsolvers"] == ["fixed", "default_lp"]
-    assert res.status == "optimal"
-    monkeypatch.setattr(cpsat_model, "bound_phase", lambda *args: False)
-    one = solve_packing(inst, place, 3, objective="sync", time_limit=30, row_search=False)
-    checked(inst, one, num_rows=3)
-    assert one.status == "optimal" and "phases" not in one.stats["levels"][0]
-    assert_lex_close(one.score, res.score)

@@ -98,36 +98,6 @@ def proof_without_lns(num_rows: int) -> bool:
     return num_rows <= 2
 
 
-# the share of level 1's time that a window of three rows or more searches with CP-SAT's
-# LNS thread (for the plan) before two LP workers run without it (for the bound)
-PLAN_SHARE = 0.6
-# the workers of that second phase (bound_phase)
-BOUND_WORKERS = ("default_lp", "max_lp")
-
-
-def bound_phase(level, num_shards: int, num_rows: int) -> bool:
-    """Whether level 1 (``level``) of a window of ``num_rows`` rows is solved in two phases:
-    first the :data:`PROOF` workers beside CP-SAT's LNS thread, which improves the plan,
-    then, from that plan, :data:`BOUND_WORKERS` without it, which raise the bound
-    (``CpsatPacking.solve``; the level stats say ``phases``): three rows or more, two
-    shards or more, and a level 1 that adds up rows (``sync``). ``shard`` takes its bound
-    from the pooled window (:mod:`.pooled`) and keeps the whole time for the plan (N = 32,
-    G = 2, seed 2, R = 3, 60 s: 0.37 % short in two phases, 0.27 % in one), and the pooled
-    solve itself (one shard) keeps one phase (N = 64, G = 2, ``shard``: its bound 35953.7
-    in two phases, 35989.6-35996.0 in one). With G = 1 one phase was not measured against
-    two on this machine (N = 64, ``sync``: 0.58 % short in two phases, twice). CP-SAT's
-    bound stalls while its LNS runs. N = 64, G = 2 ``sync``
-    window of scripts/bench_exact.py (R = 4), level 1 alone for 40 s from a 5-s heuristic
-    start, 2 cores (throw-away, 20:48-20:56 UTC 12-01), bound after 5 / 10 / 40 s:
-    ``fixed`` + ``default_lp`` with the LNS thread 35737.9 / 35843.8 / 35848.1 (plan
-    37008.7), without it 35843.3 / 36321.7 / 36584.5 (plan: the start, 37081.4);
-    ``default_lp`` + ``max_lp`` with it 35838.5 / 35845.7 / 36326.1, without it
-    36307.7 / 36566.0 / 36591.9; ``max_lp`` beside the LNS thread on two threads
-    (no starved worker) 35809.4 / 35845.7 / 35856.8, with the best plan, 36937.1. Two-row
-    windows run without LNS throughout (:func:`proof_without_lns`)."""
-    return num_rows >= 3 and num_shards >= 2 and rows_separable(level, num_shards)
-
-
 def block_means(num_rows: int, num_shards: int) -> bool:
     """Whether the model states the block mean of every stage's slot costs on the block
     literals: k a[b,s] >= sum_i att_int[s,i] z[i,b]. The LP has it (the sum of the slot
@@ -588,12 +558,11 @@ class CpsatPacking:
                 return subsolvers
             return proof_subsolvers(self.objective.levels[0], self.data.num_shards, self.data.num_rows, first)
 
-        def run(expr, limit, first, callback=None, lns=None, names=None):
-            names = names or names_of(first)
+        def run(expr, limit, first, callback=None):
+            names = names_of(first)
             # beside a last solve: one thread (the other core runs that solve)
-            if lns is None:
-                lns = improve or not (subsolvers == PROOF and workers is None and len(names) > 1
-                                      and proof_without_lns(self.data.num_rows))
+            lns = improve or not (subsolvers == PROOF and workers is None and len(names) > 1
+                                  and proof_without_lns(self.data.num_rows))
             threads = 1 if callback is not None else workers or (len(names) + (1 if lns else 0) if names else 8)
             solver = configured(limit, names, threads, lns)
             m.minimize(expr)
@@ -604,40 +573,6 @@ class CpsatPacking:
                 info = solver.solution_info()
                 raise InputError("subsolvers" if "subsolver" in info else "model", info)
             return solver, status, names
-
-        def run_then_bound(expr, limit):
-            """Level 1 in two phases (:func:`bound_phase`): the workers with CP-SAT's LNS
-            thread for :data:`PLAN_SHARE` of ``limit`` (the plan), then
-            :data:`BOUND_WORKERS` without it, from the first phase's plan, for the rest (the
-            bound). Returns the
-            solve whose plan is the better, its status, the workers, the better bound and
-            the phases' stats."""
-            t0 = time.perf_counter()
-            first, status, names = run(expr, PLAN_SHARE * limit, True, lns=True)
-            phases = [{"lns": True, "seconds": time.perf_counter() - t0, "status": first.status_name(status)}]
-            found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-            if found:
-                phases[0].update(value=first.objective_value, bound=first.best_objective_bound)
-            left = limit - (time.perf_counter() - t0)
-            if status == cp_model.OPTIMAL or not found or interrupted(first) or left < 0.5:
-                return first, status, names, first.best_objective_bound, phases
-            self._hint_from(first)
-            t1 = time.perf_counter()
-            second, status2, _ = run(expr, left, True, lns=False, names=BOUND_WORKERS)
-            phases.append({"lns": False, "seconds": time.perf_counter() - t1, "status": second.status_name(status2)})
-            if status2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-                # no plan of its own (a Ctrl-C, or the hint not taken in time): its bound
-                # still holds when it has one
-                bound = max(first.best_objective_bound, second.best_objective_bound) if status2 == cp_model.UNKNOWN \
-                    else first.best_objective_bound
-                return first, status, names, bound, phases
-            phases[1].update(value=second.objective_value, bound=second.best_objective_bound)
-            bound = max(first.best_objective_bound, second.best_objective_bound)
-            if second.objective_value <= first.objective_value:
-                # the second phase's status: proven when its own bound met its plan
-                done = status2 == cp_model.OPTIMAL or bound >= second.objective_value
-                return second, cp_model.OPTIMAL if done else cp_model.FEASIBLE, names, bound, phases
-            return first, cp_model.OPTIMAL if bound >= first.objective_value else status, names, bound, phases
 
         def group_expr(ks):
             weights = self.stacked(ks) if len(ks) > 1 else [1]
@@ -663,7 +598,7 @@ class CpsatPacking:
                 limit = (budget.for_level(g, len(groups), LEADING_SHARE) if len(groups[0]) > 1
                          else budget.for_level(g, len(groups)))
                 t0 = time.perf_counter()
-                ready, more, proven_bound = None, {}, None
+                ready, more = None, {}
                 if last is not None and g == 1:
                     # the last solve against the first's final plan: done, running, or (when
                     # none could start before the deadline) run here with what is left
@@ -673,12 +608,6 @@ class CpsatPacking:
                     solver, status, secs = ready
                     names, limit = ("fixed",), solver.parameters.max_time_in_seconds
                     more = {"beside_first_solve": {"incumbents": last.generation, "solves": last.started}}
-                elif (g == 0 and len(ks) == 1 and subsolvers == PROOF and workers is None and not improve
-                      and extra_hint is None
-                      and bound_phase(self.objective.levels[0], self.data.num_shards, self.data.num_rows)):
-                    solver, status, names, proven_bound, phases = run_then_bound(expr, limit)
-                    more = {"phases": phases}
-                    secs = time.perf_counter() - t0
                 else:
                     solver, status, names = run(expr, limit, g == 0, offer if g == 0 else None)
                     secs = time.perf_counter() - t0
@@ -711,7 +640,7 @@ class CpsatPacking:
                     break
                 st = "optimal" if status == cp_model.OPTIMAL else "feasible"
                 # the first level's bound: w_0 L_0 + (the rest, at most w_0 - 1) >= the solve's bound
-                bound = solver.best_objective_bound if proven_bound is None else proven_bound
+                bound = solver.best_objective_bound
                 first = bound if len(ks) == 1 else max(0, math.ceil((bound - weights[0] + 1) / weights[0]))
                 for j, k in enumerate(ks):
                     lexpr, unit = self.levels[k][0], self.levels[k][1]
