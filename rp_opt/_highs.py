@@ -103,9 +103,9 @@ def import_pyomo() -> None:
     """Import the parts of Pyomo that rp-opt uses (about a second, once per process). A
     Ctrl-C during that import leaves Pyomo's packages half made in ``sys.modules`` (e.g.
     ``pyomo.common`` without ``errors``), and every later import of Pyomo in the process
-    then fails with an AttributeError: so on a Ctrl-C the half-made modules are dropped
-    (this module's importers among them) before the KeyboardInterrupt goes on, and the
-    next call imports Pyomo afresh."""
+    then fails with an AttributeError: so on a Ctrl-C every Pyomo module is dropped from
+    ``sys.modules`` before the KeyboardInterrupt goes on, and the next call imports Pyomo
+    afresh."""
     try:
         import pyomo.environ  # noqa: F401
         import pyomo.contrib.appsi.base  # noqa: F401

@@ -1022,21 +1022,20 @@ def test_polish_improves_the_start_of_two_rows_and_keeps_the_optimum():
     start's. ``shard`` (whose first solve has an LP worker), three rows, explicit workers
     and ``polish=False`` do not polish."""
     place = Placement.identity(2, 4, 2)
-    for seed in (21,):
-        inst = make_window(7, D=2, G=2, seed=seed)
-        res = solve_packing(inst, place, 2, objective="sync", time_limit=30, heuristic_start=False)
-        checked(inst, res, num_rows=2)
-        polish = res.stats["polish"]
-        assert polish["seconds"] > 0 and polish["status"] in ("OPTIMAL", "FEASIBLE")
-        # the portfolio starts from its hint: level 1 never rises (up to the integer scale)
-        assert polish["value"] <= polish["start"] * (1 + 1e-6)
-        assert res.score[0] <= polish["start"] * (1 + 1e-9)
-        assert res.status == "optimal"
-        assert_lex_close(res.score, brute_force(inst, place, 2, "sync"))
-        off = solve_packing(inst, place, 2, objective="sync", time_limit=30, heuristic_start=False, polish=False)
-        checked(inst, off, num_rows=2)
-        assert "polish" not in off.stats
-        assert_lex_close(off.score, res.score)
+    inst = make_window(7, D=2, G=2, seed=21)
+    res = solve_packing(inst, place, 2, objective="sync", time_limit=30, heuristic_start=False)
+    checked(inst, res, num_rows=2)
+    polish = res.stats["polish"]
+    assert polish["seconds"] > 0 and polish["status"] in ("OPTIMAL", "FEASIBLE")
+    # the portfolio starts from its hint: level 1 never rises (up to the integer scale)
+    assert polish["value"] <= polish["start"] * (1 + 1e-6)
+    assert res.score[0] <= polish["start"] * (1 + 1e-9)
+    assert res.status == "optimal"
+    assert_lex_close(res.score, brute_force(inst, place, 2, "sync"))
+    off = solve_packing(inst, place, 2, objective="sync", time_limit=30, heuristic_start=False, polish=False)
+    checked(inst, off, num_rows=2)
+    assert "polish" not in off.stats
+    assert_lex_close(off.score, res.score)
     inst = make_window(7, D=2, G=2, seed=4)
     assert "polish" not in solve_packing(inst, place, 2, objective="shard", time_limit=30).stats
     assert "polish" not in solve_packing(inst, place, 3, objective="sync", time_limit=30).stats
@@ -1059,4 +1058,3 @@ def test_ctrl_c_during_the_polish_keeps_its_layout(ctrl_c):
     assert res.stats["interrupted"] is True and res.status == "feasible"
     assert res.stats["model"] == "interrupted (Ctrl-C) before the model ran"
     assert res.score[0] <= res.stats["polish"]["start"] * (1 + 1e-9)
-

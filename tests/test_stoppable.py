@@ -111,7 +111,7 @@ import builtins, sys
 from rp_opt._highs import import_pyomo
 real = builtins.__import__
 def interrupting(name, *args, **kwargs):
-    if name == "pyomo.common.errors" or (name == "errors" and args and (args[0] or {}).get("__name__", "").startswith("pyomo")):
+    if name == "pyomo.common.errors":  # a module Pyomo imports early
         raise KeyboardInterrupt
     return real(name, *args, **kwargs)
 builtins.__import__ = interrupting

@@ -389,6 +389,18 @@ def _two_row_layout(sub: Instance, placement: Placement, obj, start: Layout, sec
     return out.layout, _all_proven(out.levels, obj)
 
 
+def _better_start(instance, placement, obj, mode, start, start_score, better, stats, how):
+    """``(start, start_score, taken)``: ``better`` (a layout, or None) in place of ``start``
+    when it scores lexicographically better, canonicalised for ``mode`` (that relabels
+    rows, shards and slots only: the score stays), with ``how`` added to
+    ``stats["start"]``."""
+    better_score = score(instance, placement, better, obj) if better is not None else None
+    if better is None or not lex_better(better_score, start_score):
+        return start, start_score, False
+    stats["start"] += how
+    return (canonical_layout(better, instance.cluster.edp, mode) if mode else better), better_score, True
+
+
 def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj, time_limit, seed, start, backend,
                    subsolvers, solver_name, t0, build, *, workers, symmetry, tighten, mip_start,
                    heuristic_start, relax_bound, row_search, pooled_bound, polish, together) -> Result:
@@ -517,12 +529,8 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
             # from the start, gets what is left instead of leaving it unused
             better = _heuristic_layout(instance, placement, int(num_rows), obj, data, time_limit, seed,
                                        0.9 * budget.left(), start=Plan(placement, start, obj.name, start_score))
-            better_score = score(instance, placement, better, obj) if better is not None else None
-            if better is not None and lex_better(better_score, start_score):
-                # canonicalising relabels rows, shards and slots only: the score stays
-                start = canonical_layout(better, data.num_shards, mode) if mode else better
-                start_score = better_score
-                stats["start"] += ", then the heuristic from it"
+            start, start_score, _ = _better_start(instance, placement, obj, mode, start, start_score, better,
+                                                  stats, ", then the heuristic from it")
         out = SolveOutcome(None, [], [], {})
     elif backend == "cpsat":
         from .cpsat_model import CpsatPacking
@@ -535,11 +543,9 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
             if seconds >= 0.5:
                 better, stats["polish"] = builder.polish(start, seconds, seed)
                 stats["polish"]["start"] = float(start_score[0])
-                better_score = score(instance, placement, better, obj)
-                stats["polish"]["improved"] = lex_better(better_score, start_score)
-                if stats["polish"]["improved"]:
-                    start, start_score = canonical_layout(better, data.num_shards, mode) if mode else better, better_score
-                    stats["start"] += ", then CP-SAT's portfolio from it"
+                start, start_score, stats["polish"]["improved"] = _better_start(
+                    instance, placement, obj, mode, start, start_score, better, stats,
+                    ", then CP-SAT's portfolio from it")
                 if stats["polish"].pop("interrupted", False):
                     stats["interrupted"] = True
         if stats.get("interrupted"):
