@@ -722,19 +722,25 @@ def test_block_means_hold_at_the_brute_force_optimum():
             assert_lex_close(res.score, brute_force(inst, place, 1, objective))
 
 
-def test_more_rows_keep_the_lns_thread():
-    """Three rows: the two workers of level 1 run beside CP-SAT's LNS thread (three
-    threads), which improves the start of larger windows (cpsat_model.proof_without_lns);
-    explicit workers are taken as given."""
+def test_lns_thread_for_more_rows():
+    """Three rows: ``sync`` with two shards, whose start the row search improved, runs the
+    two workers of level 1 on a thread each, without CP-SAT's LNS thread; without the row
+    search, and for ``shard``, they run beside it (three threads), which improves the
+    start (cpsat_model.proof_without_lns); explicit workers are taken as given."""
     from rp_opt.packing.exact.cpsat_model import proof_without_lns
 
-    assert proof_without_lns(2) and not proof_without_lns(3)
+    sync, shard = get_objective("sync").levels[0], get_objective("shard").levels[0]
+    assert proof_without_lns(sync, 2, 2) and proof_without_lns(shard, 2, 2)
+    assert proof_without_lns(sync, 2, 3) and not proof_without_lns(shard, 2, 3)
+    assert not proof_without_lns(sync, 1, 3)  # one shard: no row search runs
     inst = make_window(8, D=2, G=2, seed=4)
     place = Placement.identity(2, 4, 2)
-    res = solve_packing(inst, place, 3, objective="sync", time_limit=30)
-    checked(inst, res)
-    level1 = res.stats["levels"][0]
-    assert level1["subsolvers"] == BOTH and level1["lns"] and level1["threads"] == 3
+    for objective, row_search, lns in (("sync", True, False), ("sync", False, True), ("shard", True, True)):
+        res = solve_packing(inst, place, 3, objective=objective, time_limit=30, row_search=row_search)
+        checked(inst, res)
+        assert ("solves" in res.stats.get("row_search", {})) is row_search
+        level1 = res.stats["levels"][0]
+        assert level1["subsolvers"] == BOTH and level1["lns"] is lns and level1["threads"] == 2 + lns
     res = solve_packing(inst, place, 2, objective="shard", time_limit=30, workers=3)
     checked(inst, res)
     assert res.stats["levels"][0]["lns"] and res.stats["levels"][0]["threads"] == 3

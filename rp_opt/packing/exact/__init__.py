@@ -72,6 +72,13 @@ from .row_search import INTERRUPTED, row_pair_search, rows_separable
 # share of the time left after the start that the row-pair search may take (it ends
 # earlier when no pair of rows improves)
 ROW_SEARCH_SHARE = 0.2
+# the same when level 1 adds up rows (sync): the model's level 1 then runs without CP-SAT's
+# LNS (cpsat_model.proof_without_lns), so the row search is what improves the plan, and a
+# better plan lets CP-SAT fix more at the root, which raises its bound. N = 64, G = 2,
+# sync, seed 0 of scripts/bench_exact.py, 60 s, 2 cores (12-03), level 1 without LNS:
+# with 0.2, 3 pair solves, plan 36996.4, bound 36584.5 (1.11 %); with 0.4, 8-10 solves,
+# plans 36922.2 and 36959.6, bounds 36679.4 and 36676.3 (0.66 %, 0.77 %)
+ROW_SEARCH_SHARE_ROWS_ADD_UP = 0.4
 # share of the time left after the row search that the pooled bound's solve takes (.pooled)
 POOLED_SHARE = 0.4
 # two-row CP-SAT windows whose level 1 adds up rows: share of the time left before the
@@ -253,8 +260,11 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     row_search
         CP-SAT, R >= 3 and G >= 2: before the model, improve the start by solving pairs of
         rows exactly (:func:`.row_search.row_pair_search`, at most :data:`ROW_SEARCH_SHARE`
-        of the time left, less when no pair improves). When level 1 is not a sum over rows
-        (``shard``), the two-row models count the other rows as constants.
+        of the time left, :data:`ROW_SEARCH_SHARE_ROWS_ADD_UP` when level 1 adds up rows,
+        less when no pair improves). When level 1 is not a sum over rows (``shard``), the
+        two-row models count the other rows as constants. When it is (``sync``), the
+        model's level 1 then runs without CP-SAT's LNS thread
+        (:func:`.cpsat_model.proof_without_lns`); without a row search, with it.
     pooled_bound
         CP-SAT, R >= 3, G >= 2 and a level 1 that is not a sum over rows (``shard``):
         before the model, bound level 1 by the pooled window, in which the R G blocks are
@@ -448,7 +458,8 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
         left = float(time_limit) - (time.perf_counter() - t0)
         # without a model it may take what is left; with one, never so much that the model
         # no longer fits (too_big: the build takes at most half of the time left)
-        seconds = 0.9 * left if skip else min(ROW_SEARCH_SHARE * left, left - 2 * build)
+        share = ROW_SEARCH_SHARE_ROWS_ADD_UP if rows_separable(obj.levels[0], data.num_shards) else ROW_SEARCH_SHARE
+        seconds = 0.9 * left if skip else min(share * left, left - 2 * build)
         if seconds >= 0.5:
             start, found = row_pair_search(
                 instance, placement, start, obj, seconds,
@@ -553,8 +564,10 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
             stats["model"] = "interrupted (Ctrl-C) before the model ran"
             out = SolveOutcome(None, [], [], {})
         else:
+            # three rows or more: without a row search, the model's own LNS must improve the start
+            searched = "solves" in (stats.get("row_search") or {})
             out = builder.solve(budget, seed=seed, workers=workers, subsolvers=subsolvers, start=start,
-                                extra_bound=relaxation, together=together)
+                                extra_bound=relaxation, together=together, improve=num_rows >= 3 and not searched)
     else:
         import_pyomo()
         from .pyomo_model import PyomoPacking
