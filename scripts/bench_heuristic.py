@@ -69,6 +69,7 @@ def window(n: int, cache: str = "/tmp", corr: float | None = None):
     if os.path.exists(path):
         return load_instance(path)
     inst = synth.generate("ling-flash-like", samples=n, dp=64, edp=8, ep=8, capacity=32768, seed=0, **knobs)
+    os.makedirs(cache, exist_ok=True)  # a new --cache folder: made, not a lost window
     save_instance(path, inst)
     return inst
 
