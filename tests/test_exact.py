@@ -723,10 +723,12 @@ def test_block_means_hold_at_the_brute_force_optimum():
 
 
 def test_lns_thread_for_more_rows():
-    """Three rows: ``sync`` with two shards, whose start the row search improved, runs the
-    two workers of level 1 on a thread each, without CP-SAT's LNS thread; without the row
-    search, and for ``shard``, they run beside it (three threads), which improves the
-    start (cpsat_model.proof_without_lns); explicit workers are taken as given."""
+    """Three rows: ``sync`` with two shards, whose start the row search improved with at
+    least BOUND_FIRST_SECONDS left, runs the two workers of level 1 on a thread each,
+    without CP-SAT's LNS thread; with less time, without the row search, and for
+    ``shard``, they run beside it (three threads), which improves the start
+    (cpsat_model.proof_without_lns); explicit workers are taken as given."""
+    from rp_opt.packing.exact import BOUND_FIRST_SECONDS
     from rp_opt.packing.exact.cpsat_model import proof_without_lns
 
     sync, shard = get_objective("sync").levels[0], get_objective("shard").levels[0]
@@ -735,8 +737,10 @@ def test_lns_thread_for_more_rows():
     assert not proof_without_lns(sync, 1, 3)  # one shard: no row search runs
     inst = make_window(8, D=2, G=2, seed=4)
     place = Placement.identity(2, 4, 2)
-    for objective, row_search, lns in (("sync", True, False), ("sync", False, True), ("shard", True, True)):
-        res = solve_packing(inst, place, 3, objective=objective, time_limit=30, row_search=row_search)
+    long = BOUND_FIRST_SECONDS + 10  # the tiny window is proven long before
+    for objective, row_search, limit, lns in (("sync", True, long, False), ("sync", True, 10, True),
+                                              ("sync", False, long, True), ("shard", True, long, True)):
+        res = solve_packing(inst, place, 3, objective=objective, time_limit=limit, row_search=row_search)
         checked(inst, res)
         assert ("solves" in res.stats.get("row_search", {})) is row_search
         level1 = res.stats["levels"][0]

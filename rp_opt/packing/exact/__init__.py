@@ -72,13 +72,20 @@ from .row_search import INTERRUPTED, row_pair_search, rows_separable
 # share of the time left after the start that the row-pair search may take (it ends
 # earlier when no pair of rows improves)
 ROW_SEARCH_SHARE = 0.2
-# the same when level 1 adds up rows (sync): the model's level 1 then runs without CP-SAT's
-# LNS (cpsat_model.proof_without_lns), so the row search is what improves the plan, and a
-# better plan lets CP-SAT fix more at the root, which raises its bound. N = 64, G = 2,
-# sync, seed 0 of scripts/bench_exact.py, 60 s, 2 cores (12-03), level 1 without LNS:
-# with 0.2, 3 pair solves, plan 36996.4, bound 36584.5 (1.11 %); with 0.4, 8-10 solves,
-# plans 36922.2 and 36959.6, bounds 36679.4 and 36676.3 (0.66 %, 0.77 %)
+# the same when level 1 adds up rows (sync) and at least BOUND_FIRST_SECONDS are left: the
+# model's level 1 then runs without CP-SAT's LNS (cpsat_model.proof_without_lns), so the
+# row search is what improves the plan, and a better plan lets CP-SAT fix more at the
+# root, which raises its bound. N = 64, G = 2, sync, seed 0 of scripts/bench_exact.py,
+# 60 s, 2 cores (12-03), level 1 without LNS: with 0.2, 3 pair solves, plan 36996.4, bound
+# 36584.5 (1.11 %); with 0.4, 8-10 solves, plans 36922.2 and 36959.6, bounds 36679.4 and
+# 36676.3 (0.66 %, 0.77 %)
 ROW_SEARCH_SHARE_ROWS_ADD_UP = 0.4
+# with less time left than this, the bound does not rise above the root LP's anyway (it
+# jumped 7-17 s into level 1 where it did) and the plan is what counts: level 1 keeps
+# the LNS thread and the row search its usual share. Same windows, 10-s limit, the
+# rule above against this one: N = 64, seed 0, plan 37167.2 against 37047.6; seed 2
+# 33525.3 against 33488.1; N = 32, seed 2 (three rows) 19109.3 against 19099.1
+BOUND_FIRST_SECONDS = 30.0
 # share of the time left after the row search that the pooled bound's solve takes (.pooled)
 POOLED_SHARE = 0.4
 # two-row CP-SAT windows whose level 1 adds up rows: share of the time left before the
@@ -262,9 +269,10 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         rows exactly (:func:`.row_search.row_pair_search`, at most :data:`ROW_SEARCH_SHARE`
         of the time left, :data:`ROW_SEARCH_SHARE_ROWS_ADD_UP` when level 1 adds up rows,
         less when no pair improves). When level 1 is not a sum over rows (``shard``), the
-        two-row models count the other rows as constants. When it is (``sync``), the
-        model's level 1 then runs without CP-SAT's LNS thread
-        (:func:`.cpsat_model.proof_without_lns`); without a row search, with it.
+        two-row models count the other rows as constants. When it is (``sync``) and at
+        least :data:`BOUND_FIRST_SECONDS` are left, the model's level 1 then runs without
+        CP-SAT's LNS thread (:func:`.cpsat_model.proof_without_lns`); without a row
+        search, or with less time, with it.
     pooled_bound
         CP-SAT, R >= 3, G >= 2 and a level 1 that is not a sum over rows (``shard``):
         before the model, bound level 1 by the pooled window, in which the R G blocks are
@@ -448,6 +456,7 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
                 stats["start"] = "heuristic"
     else:
         stats["start"] = "warm_start"
+    bound_first = False  # see BOUND_FIRST_SECONDS
     if (row_search and backend == "cpsat" and start is not None and num_rows >= 3 and data.num_shards >= 2
             and not stats.get("interrupted")):
         # re-solve pairs of rows exactly before the whole model runs (a better incumbent
@@ -458,7 +467,8 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
         left = float(time_limit) - (time.perf_counter() - t0)
         # without a model it may take what is left; with one, never so much that the model
         # no longer fits (too_big: the build takes at most half of the time left)
-        share = ROW_SEARCH_SHARE_ROWS_ADD_UP if rows_separable(obj.levels[0], data.num_shards) else ROW_SEARCH_SHARE
+        bound_first = rows_separable(obj.levels[0], data.num_shards) and left >= BOUND_FIRST_SECONDS
+        share = ROW_SEARCH_SHARE_ROWS_ADD_UP if bound_first else ROW_SEARCH_SHARE
         seconds = 0.9 * left if skip else min(share * left, left - 2 * build)
         if seconds >= 0.5:
             start, found = row_pair_search(
@@ -564,8 +574,9 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
             stats["model"] = "interrupted (Ctrl-C) before the model ran"
             out = SolveOutcome(None, [], [], {})
         else:
-            # three rows or more: without a row search, the model's own LNS must improve the start
-            searched = "solves" in (stats.get("row_search") or {})
+            # three rows or more: without a row search (or with little time, see
+            # BOUND_FIRST_SECONDS) the model's own LNS improves the start
+            searched = "solves" in (stats.get("row_search") or {}) and bound_first
             out = builder.solve(budget, seed=seed, workers=workers, subsolvers=subsolvers, start=start,
                                 extra_bound=relaxation, together=together, improve=num_rows >= 3 and not searched)
     else:

@@ -98,7 +98,9 @@ def proof_without_lns(level, num_shards: int, num_rows: int) -> bool:
     with and without :func:`block_means`).
 
     Three rows or more, G >= 2, a level 1 that adds up rows (``sync``): the row search
-    (:func:`rp_opt.packing.exact.solve_packing`) improves the plan before the model, and
+    (:func:`rp_opt.packing.exact.solve_packing`, which keeps the thread, through
+    ``improve``, when it did not run or had less than ``BOUND_FIRST_SECONDS``) improves
+    the plan before the model, and
     level 1's bound comes from root fixings that ``fixed`` and ``default_lp`` find only
     with both cores. With the LNS thread as a third thread the bound stalled at the root
     LP in some runs and not in others. N = 64, G = 2, ``sync`` windows of
