@@ -267,12 +267,12 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     row_search
         CP-SAT, R >= 3 and G >= 2: before the model, improve the start by solving pairs of
         rows exactly (:func:`.row_search.row_pair_search`, at most :data:`ROW_SEARCH_SHARE`
-        of the time left, :data:`ROW_SEARCH_SHARE_ROWS_ADD_UP` when level 1 adds up rows,
-        less when no pair improves). When level 1 is not a sum over rows (``shard``), the
-        two-row models count the other rows as constants. When it is (``sync``) and at
-        least :data:`BOUND_FIRST_SECONDS` are left, the model's level 1 then runs without
-        CP-SAT's LNS thread (:func:`.cpsat_model.proof_without_lns`); without a row
-        search, or with less time, with it.
+        of the time left, less when no pair improves). When level 1 is not a sum over rows
+        (``shard``), the two-row models count the other rows as constants. When it is
+        (``sync``) and at least :data:`BOUND_FIRST_SECONDS` are left, the search takes
+        :data:`ROW_SEARCH_SHARE_ROWS_ADD_UP` of them and the model's level 1 then runs
+        without CP-SAT's LNS thread (:func:`.cpsat_model.proof_without_lns`); without a
+        row search, or with less time, with it.
     pooled_bound
         CP-SAT, R >= 3, G >= 2 and a level 1 that is not a sum over rows (``shard``):
         before the model, bound level 1 by the pooled window, in which the R G blocks are
@@ -574,11 +574,12 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
             stats["model"] = "interrupted (Ctrl-C) before the model ran"
             out = SolveOutcome(None, [], [], {})
         else:
-            # three rows or more: without a row search (or with little time, see
-            # BOUND_FIRST_SECONDS) the model's own LNS improves the start
-            searched = "solves" in (stats.get("row_search") or {}) and bound_first
+            # three rows or more: unless the row search improved the start with time for the
+            # bound to rise (BOUND_FIRST_SECONDS), the model's own LNS improves it
+            searched = "solves" in (stats.get("row_search") or {})
             out = builder.solve(budget, seed=seed, workers=workers, subsolvers=subsolvers, start=start,
-                                extra_bound=relaxation, together=together, improve=num_rows >= 3 and not searched)
+                                extra_bound=relaxation, together=together,
+                                improve=num_rows >= 3 and not (bound_first and searched))
     else:
         import_pyomo()
         from .pyomo_model import PyomoPacking

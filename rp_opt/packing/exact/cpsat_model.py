@@ -98,16 +98,17 @@ def proof_without_lns(level, num_shards: int, num_rows: int) -> bool:
     with and without :func:`block_means`).
 
     Three rows or more, G >= 2, a level 1 that adds up rows (``sync``): the row search
-    (:func:`rp_opt.packing.exact.solve_packing`, which keeps the thread, through
-    ``improve``, when it did not run or had less than ``BOUND_FIRST_SECONDS``) improves
-    the plan before the model, and
-    level 1's bound comes from root fixings that ``fixed`` and ``default_lp`` find only
-    with both cores. With the LNS thread as a third thread the bound stalled at the root
-    LP in some runs and not in others. N = 64, G = 2, ``sync`` windows of
-    scripts/bench_exact.py, 60 s, 2 cores (12-03): seed 0, five runs with the thread
-    (and a fifth of the time for the row search): gaps 1.08, 0.73, 1.17, 2.90, 2.86 %
-    (bound 35870-36675); without it (and two fifths): 0.66, 0.77 % (bound 36676-36679);
-    seed 2 0.88, 0.87 % (with the thread and two fifths: 0.79, 2.75 %); seed 1 0.30 %.
+    improves the plan before the model (:func:`rp_opt.packing.exact.solve_packing` keeps
+    the thread, through ``improve``, when no row search ran or it started with less than
+    ``BOUND_FIRST_SECONDS`` left), and level 1's bound comes from root fixings that
+    ``fixed`` and ``default_lp`` find sooner with a better incumbent and with both cores.
+    With the LNS thread as a third thread the bound stalled at the root LP in most runs.
+    N = 64, G = 2, ``sync`` windows of scripts/bench_exact.py, 60 s, 2 cores (12-03):
+    seed 0, five runs with the thread (and a fifth of the time for the row search): gaps
+    1.08, 0.73, 1.17, 2.90, 2.86 % (bound 35870-36675); without it (and two fifths): 0.66,
+    0.77, 0.84, 0.73, 0.73 % (bound 36672-36680), and 2.99 % in one run whose row search
+    ended on a poorer plan (37022.9); seed 2 0.88, 0.87, 0.98, 0.90 % (with the thread and
+    two fifths: 0.79, 2.75 %); seed 1 0.15-0.30 %.
     Other objectives with R >= 3 keep the thread (with four rows the LNS thread improves
     the start: N = 64, G = 2, ``shard``, seed 0: 36309.1 with it, 36362.3 without)."""
     return num_rows <= 2 or (num_shards >= 2 and rows_separable(level, num_shards))
