@@ -725,16 +725,14 @@ def test_block_means_hold_at_the_brute_force_optimum():
 def test_lns_thread_for_more_rows():
     """Three rows: ``sync`` with two shards, whose start the row search improved with at
     least BOUND_FIRST_SECONDS left, runs the two workers of level 1 on a thread each,
-    without CP-SAT's LNS thread; with less time, without the row search, and for
-    ``shard``, they run beside it (three threads), which improves the start
-    (cpsat_model.proof_without_lns); explicit workers are taken as given."""
+    without CP-SAT's LNS thread (solve_packing's ``improve=False``); with less time,
+    without the row search, and for ``shard``, they run beside it (three threads), which
+    improves the start (cpsat_model.proof_without_lns); explicit workers are taken as
+    given."""
     from rp_opt.packing.exact import BOUND_FIRST_SECONDS
     from rp_opt.packing.exact.cpsat_model import proof_without_lns
 
-    sync, shard = get_objective("sync").levels[0], get_objective("shard").levels[0]
-    assert proof_without_lns(sync, 2, 2) and proof_without_lns(shard, 2, 2)
-    assert proof_without_lns(sync, 2, 3) and not proof_without_lns(shard, 2, 3)
-    assert not proof_without_lns(sync, 1, 3)  # one shard: no row search runs
+    assert proof_without_lns(2) and not proof_without_lns(3)  # the rule without a caller's word
     inst = make_window(8, D=2, G=2, seed=4)
     place = Placement.identity(2, 4, 2)
     long = BOUND_FIRST_SECONDS + 10  # the tiny window is proven long before
@@ -813,27 +811,22 @@ def test_exact_switches_take_the_words_of_the_command_line():
     assert res.status == "optimal" and check(inst, res.plan).valid
 
 
-def test_ctrl_c_after_a_cpsat_solve_is_a_keyboard_interrupt():
+def test_ctrl_c_after_a_cpsat_solve_is_a_keyboard_interrupt(ctrl_c):
     """CP-SAT resets its SIGINT handler to the default action (kill) after a solve; every
     CP-SAT call goes through rp_opt._cpsat.solve, which leaves Python's handler in place,
     so a later Ctrl-C still raises KeyboardInterrupt (and the heuristic can keep its best
-    plan). Python's handler is put in place first, as the ``ctrl_c`` fixture does: the
+    plan). The ``ctrl_c`` fixture puts Python's handler in place first: without it the
     test failed twice in the whole suite on a clean clone (not alone, nor with its file,
     nor after the files before it), most likely with a handler an earlier test's library
     left behind."""
-    import os
     import signal
     import time
 
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        solve_packing(make_window(6), Placement.identity(2, 4, 2), 1, objective="sync", time_limit=5)
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        with pytest.raises(KeyboardInterrupt):
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(1.0)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    solve_packing(make_window(6), Placement.identity(2, 4, 2), 1, objective="sync", time_limit=5)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt):
+        ctrl_c(0.0)
+        time.sleep(1.0)
 
 
 def test_highs_margin_covers_the_level_hold():

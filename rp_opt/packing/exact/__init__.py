@@ -72,19 +72,27 @@ from .row_search import INTERRUPTED, row_pair_search, rows_separable
 # share of the time left after the start that the row-pair search may take (it ends
 # earlier when no pair of rows improves)
 ROW_SEARCH_SHARE = 0.2
-# the same when level 1 adds up rows (sync) and at least BOUND_FIRST_SECONDS are left: the
-# model's level 1 then runs without CP-SAT's LNS (cpsat_model.proof_without_lns), so the
+# the same when level 1 adds up rows (sync), G >= 2 and at least BOUND_FIRST_SECONDS are
+# left: the model's level 1 then runs without CP-SAT's LNS thread (``improve=False``), so the
 # row search is what improves the plan, and a better plan lets CP-SAT fix more at the
 # root, which raises its bound. N = 64, G = 2, sync, seed 0 of scripts/bench_exact.py,
 # 60 s, 2 cores (12-03), level 1 without LNS: with 0.2, 3 pair solves, plan 36996.4, bound
 # 36584.5 (1.11 %); with 0.4, 8-10 solves, plans 36922.2 and 36959.6, bounds 36679.4 and
 # 36676.3 (0.66 %, 0.77 %)
 ROW_SEARCH_SHARE_ROWS_ADD_UP = 0.4
-# with less time left than this, the bound does not rise above the root LP's anyway (it
-# jumped 7-17 s into level 1 where it did) and the plan is what counts: level 1 keeps
-# the LNS thread and the row search its usual share. Same windows, 10-s limit, the
-# rule above against this one: N = 64, seed 0, plan 37167.2 against 37047.6; seed 2
-# 33525.3 against 33488.1; N = 32, seed 2 (three rows) 19109.3 against 19099.1
+# Why without the LNS thread: level 1's bound comes from root fixings that ``fixed`` and
+# ``default_lp`` find sooner with a better incumbent and with both cores; beside the LNS
+# thread (a third thread on 2 cores) it stalled at the root LP in most runs. Same windows,
+# 60 s (12-03): seed 0, five runs with the thread and a fifth of the time for the row
+# search: gaps 1.08, 0.73, 1.17, 2.90, 2.86 % (bound 35870-36675); without it and two
+# fifths: 0.66, 0.77, 0.84, 0.73, 0.73 % (bound 36672-36680), and 2.99 % in one run whose
+# row search ended on a poorer plan (37022.9); seed 2 0.88, 0.87, 0.98, 0.90 % (with the
+# thread and two fifths: 0.79, 2.75 %); seed 1 0.15-0.30 %. With less time left than
+# BOUND_FIRST_SECONDS the bound does not rise above the root LP's anyway (it jumped 7-17 s
+# into level 1 where it did) and the plan is what counts: level 1 keeps the LNS thread
+# and the row search its usual share. Same windows, 10-s limit, the rule above against
+# this one: N = 64, seed 0, plan 37167.2 against 37047.6; seed 2 33525.3 against 33488.1;
+# N = 32, seed 2 (three rows) 19109.3 against 19099.1
 BOUND_FIRST_SECONDS = 30.0
 # share of the time left after the row search that the pooled bound's solve takes (.pooled)
 POOLED_SHARE = 0.4
@@ -271,8 +279,7 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         (``shard``), the two-row models count the other rows as constants. When it is
         (``sync``) and at least :data:`BOUND_FIRST_SECONDS` are left, the search takes
         :data:`ROW_SEARCH_SHARE_ROWS_ADD_UP` of them and the model's level 1 then runs
-        without CP-SAT's LNS thread (:func:`.cpsat_model.proof_without_lns`); without a
-        row search, or with less time, with it.
+        without CP-SAT's LNS thread; without a row search, or with less time, with it.
     pooled_bound
         CP-SAT, R >= 3, G >= 2 and a level 1 that is not a sum over rows (``shard``):
         before the model, bound level 1 by the pooled window, in which the R G blocks are
@@ -481,6 +488,7 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
             if found.stopped == INTERRUPTED:
                 stats["interrupted"] = True
         else:
+            bound_first = False  # no search improved the start: level 1's LNS thread does
             why = f"{left:.1f} s left" + ("" if skip else f", the model's build needs about {build:.1f} s")
             stats["row_search"] = {"skipped": why}
     if (pooled_bound and backend == "cpsat" and not skip and not stats.get("interrupted")
@@ -574,12 +582,12 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
             stats["model"] = "interrupted (Ctrl-C) before the model ran"
             out = SolveOutcome(None, [], [], {})
         else:
-            # three rows or more: unless the row search improved the start with time for the
-            # bound to rise (BOUND_FIRST_SECONDS), the model's own LNS improves it
-            searched = "solves" in (stats.get("row_search") or {})
+            # three rows or more: level 1 is there for the bound once the row search improved
+            # the start with time for the bound to rise (BOUND_FIRST_SECONDS); else the
+            # model's own LNS improves the start
+            improve = None if num_rows <= 2 else not bound_first
             out = builder.solve(budget, seed=seed, workers=workers, subsolvers=subsolvers, start=start,
-                                extra_bound=relaxation, together=together,
-                                improve=num_rows >= 3 and not (bound_first and searched))
+                                extra_bound=relaxation, together=together, improve=improve)
     else:
         import_pyomo()
         from .pyomo_model import PyomoPacking

@@ -81,37 +81,24 @@ def proof_subsolvers(level, num_shards: int, num_rows: int, first: bool = True) 
     return ("fixed",) if alone else ("fixed", "default_lp")
 
 
-def proof_without_lns(level, num_shards: int, num_rows: int) -> bool:
+def proof_without_lns(num_rows: int) -> bool:
     """Whether the :data:`PROOF` workers of a window of ``num_rows`` rows run without
-    CP-SAT's interleaved LNS thread (``use_lns`` off, one thread per named worker), for an
-    objective whose first level is ``level``.
-
-    Two rows: the start is often optimal already (the heuristic's, or a row search's
-    pair) and then the proof is the work: the LNS thread takes a share of the two cores from
-    the workers that prove. Measured on scripts/bench_exact.py's ``shard`` windows, G = 2,
-    60 s, 2 cores (one run each, 04:48-05:00 UTC 12-01), level 1 and 2 proven in (without
-    / with LNS): N = 32 seed 0 40.5 s / not in 60 s (0.0094 % short; 56 s in a 150-s
-    run), seed 1 81.9 s / 115-126 s (150-s runs); N = 24 seeds 0-2 24.3 / 42.1, 4.1 / 6.8,
-    14.5 / 15.2 s; N = 20 seeds 0-2 1.7 / 3.0, 1.8 / 2.3, 1.0 / 1.7 s. The price, where the
-    start is far from optimal: N = 32, G = 2, ``shard``, seed 3 (unproven either way) ends
-    0.27-0.32 % short at 60 s without the thread, 0.18-0.20 % with it (07:02-07:06 UTC,
-    with and without :func:`block_means`).
-
-    Three rows or more, G >= 2, a level 1 that adds up rows (``sync``): the row search
-    improves the plan before the model (:func:`rp_opt.packing.exact.solve_packing` keeps
-    the thread, through ``improve``, when no row search ran or it started with less than
-    ``BOUND_FIRST_SECONDS`` left), and level 1's bound comes from root fixings that
-    ``fixed`` and ``default_lp`` find sooner with a better incumbent and with both cores.
-    With the LNS thread as a third thread the bound stalled at the root LP in most runs.
-    N = 64, G = 2, ``sync`` windows of scripts/bench_exact.py, 60 s, 2 cores (12-03):
-    seed 0, five runs with the thread (and a fifth of the time for the row search): gaps
-    1.08, 0.73, 1.17, 2.90, 2.86 % (bound 35870-36675); without it (and two fifths): 0.66,
-    0.77, 0.84, 0.73, 0.73 % (bound 36672-36680), and 2.99 % in one run whose row search
-    ended on a poorer plan (37022.9); seed 2 0.88, 0.87, 0.98, 0.90 % (with the thread and
-    two fifths: 0.79, 2.75 %); seed 1 0.15-0.30 %.
-    Other objectives with R >= 3 keep the thread (with four rows the LNS thread improves
-    the start: N = 64, G = 2, ``shard``, seed 0: 36309.1 with it, 36362.3 without)."""
-    return num_rows <= 2 or (num_shards >= 2 and rows_separable(level, num_shards))
+    CP-SAT's interleaved LNS thread (``use_lns`` off, one thread per named worker) when the
+    caller does not say (:meth:`CpsatPacking.solve`'s ``improve``). With two rows the start
+    is often optimal already (the heuristic's, or a row search's pair) and then the proof
+    is the work: the LNS thread takes a share of the two cores from the workers that prove.
+    Measured on scripts/bench_exact.py's ``shard`` windows, G = 2, 60 s, 2 cores (one run
+    each, 04:48-05:00 UTC 12-01), level 1 and 2 proven in (without / with LNS): N = 32 seed
+    0 40.5 s / not in 60 s (0.0094 % short; 56 s in a 150-s run), seed 1 81.9 s / 115-126 s
+    (150-s runs); N = 24 seeds 0-2 24.3 / 42.1, 4.1 / 6.8, 14.5 / 15.2 s; N = 20 seeds 0-2
+    1.7 / 3.0, 1.8 / 2.3, 1.0 / 1.7 s. With four rows (N = 64, seed 0) the LNS thread
+    improves the start: 36309.1 with it, 36362.3 without. The price, where the start is far
+    from optimal: N = 32, G = 2, ``shard``, seed 3 (unproven either way) ends 0.27-0.32 %
+    short at 60 s without the thread, 0.18-0.20 % with it (07:02-07:06 UTC, with and
+    without :func:`block_means`). :func:`rp_opt.packing.exact.solve_packing` also runs
+    without it for ``sync`` with three rows or more after a row search
+    (``BOUND_FIRST_SECONDS``, where it is measured)."""
+    return num_rows <= 2
 
 
 def block_means(num_rows: int, num_shards: int) -> bool:
@@ -513,7 +500,7 @@ class CpsatPacking:
     def solve(self, budget: Budget, *, seed: int = 0, workers: int | None = None,
               subsolvers: tuple[str, ...] | str | None = PROOF, start: Layout | None = None,
               extra_hint=None, on_solution=None, params: dict | None = None,
-              extra_bound=None, together: str = TOGETHER, improve: bool = False) -> SolveOutcome:
+              extra_bound=None, together: str = TOGETHER, improve: bool | None = None) -> SolveOutcome:
         """Lexicographic sequence of solves within ``budget``.
 
         Consecutive levels are solved as one where ``together`` says so
@@ -528,12 +515,12 @@ class CpsatPacking:
         portfolio); ``workers``: how many threads (default: one per subsolver plus one
         for CP-SAT's interleaved LNS, 8 with CP-SAT's portfolio; CP-SAT keeps one of them
         for LNS, so with two or fewer only the first named subsolver searches). With the
-        default workers, a window of two rows (or of more rows whose level 1 adds up rows,
-        G >= 2) runs its several workers without the LNS thread (:func:`proof_without_lns`),
-        unless ``improve`` (the search is there to improve its start: the row search's
-        two-row solves, where the LNS thread finds more; N = 64, G = 2, ``shard`` window of
-        scripts/bench_exact.py, seed 0, 60 s: 36309.1 with it, 36351.6 without; a window of
-        three rows or more whose start no row search improved).
+        default workers, whether several workers run beside the LNS thread is ``improve``:
+        True, the search is there to improve its start (the row search's two-row solves,
+        where the LNS thread finds more; N = 64, G = 2, ``shard`` window of
+        scripts/bench_exact.py, seed 0, 60 s: 36309.1 with it, 36351.6 without); False, it
+        is there for the bound (each worker on a thread of its own, no LNS thread); None,
+        :func:`proof_without_lns` decides (without it for two rows).
 
         Two solves whose first runs ``fixed`` alone (the default workers, ``workers``
         unset, no ``extra_hint``): the first runs on one thread, and the last runs beside
@@ -578,9 +565,8 @@ class CpsatPacking:
         def run(expr, limit, first, callback=None):
             names = names_of(first)
             # beside a last solve: one thread (the other core runs that solve)
-            lns = improve or not (subsolvers == PROOF and workers is None and len(names) > 1
-                                  and proof_without_lns(self.objective.levels[0], self.data.num_shards,
-                                                        self.data.num_rows))
+            without = proof_without_lns(self.data.num_rows) if improve is None else not improve
+            lns = not (subsolvers == PROOF and workers is None and len(names) > 1 and without)
             threads = 1 if callback is not None else workers or (len(names) + (1 if lns else 0) if names else 8)
             solver = configured(limit, names, threads, lns)
             m.minimize(expr)
