@@ -85,8 +85,8 @@ ROW_SEARCH_SHARE_ROWS_ADD_UP = 0.4
 # thread (a third thread on 2 cores) it stalled at the root LP in most runs. Same windows,
 # 60 s (12-03): seed 0, five runs with the thread and a fifth of the time for the row
 # search: gaps 1.08, 0.73, 1.17, 2.90, 2.86 % (bound 35870-36675); without it and two
-# fifths: 0.66, 0.77, 0.84, 0.73, 0.73 % (bound 36672-36680), and 2.99 % in one run whose
-# row search ended on a poorer plan (37022.9); seed 2 0.88, 0.87, 0.98, 0.90 % (with the
+# fifths: 0.66, 0.77, 0.84, 0.73, 0.73, 0.76 % (bound 36672-36680), and 2.99 % and 1.23 %
+# in two runs whose row search ended on a poorer plan (37022.9, 37019.4); seed 2 0.88, 0.87, 0.98, 0.90 % (with the
 # thread and two fifths: 0.79, 2.75 %); seed 1 0.15-0.30 %. With less time left than
 # BOUND_FIRST_SECONDS the bound does not rise above the root LP's anyway (it jumped 7-17 s
 # into level 1 where it did) and the plan is what counts: level 1 keeps the LNS thread
