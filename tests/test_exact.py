@@ -657,14 +657,15 @@ def test_unknown_branch_order_is_an_input_error():
 
 
 BOTH = ["fixed", "default_lp"]
+TREE = ["fixed", "shared_tree"]
 
 
-@pytest.mark.parametrize("objective,G,first", [("sync", 2, ["fixed"]), ("shard", 2, BOTH), ("shard", 1, ["fixed"])])
+@pytest.mark.parametrize("objective,G,first", [("sync", 2, TREE), ("shard", 2, BOTH), ("shard", 1, TREE)])
 def test_proof_workers_per_solve(objective, G, first):
-    """The default workers (``subsolvers="proof"``), R = 2: ``fixed`` alone for level 1
-    when it adds up rows (sync; shard with one shard), ``fixed`` and ``default_lp`` for shard's
-    level 1 with two shards and for every later solve; the stats name them; the optimum
-    is the brute-force one."""
+    """The default workers (``subsolvers="proof"``), R = 2: ``fixed`` and a shared-tree
+    worker for level 1 when it adds up rows (sync; shard with one shard), ``fixed`` and
+    ``default_lp`` for shard's level 1 with two shards and for every later solve; the
+    stats name them; the optimum is the brute-force one."""
     inst = make_window(6, D=2, G=G, seed=4)
     place = Placement.identity(2, 4, 2)
     res = solve_packing(inst, place, 2, objective=objective, time_limit=30)
@@ -676,27 +677,37 @@ def test_proof_workers_per_solve(objective, G, first):
     solves = [lv for k, lv in enumerate(res.stats["levels"])
               if not lv.get("implied") and lv.get("solved_together", [k + 1])[0] == k + 1]
     assert len(solves) == 2 and solves[0]["subsolvers"] == first
-    beside = first == ["fixed"] and G == 2
-    # two rows: several workers take a thread each, without CP-SAT's LNS thread
-    # (cpsat_model.proof_without_lns); fixed alone keeps it unless it runs beside the other solve
+    # two rows: the two workers take a thread each, without CP-SAT's LNS thread
+    # (cpsat_model.proof_without_lns)
     for lv in solves:
-        alone = lv["subsolvers"] == ["fixed"]
-        lns = alone and not beside
-        assert lv["lns"] == lns and lv["threads"] == (1 if beside else len(lv["subsolvers"]) + lns)
-    # a first solve with fixed alone has the last one run beside it, on the other core,
-    # with fixed alone too (.overlap); else the later solves run both workers
-    assert all(lv["subsolvers"] == (["fixed"] if beside else BOTH) for lv in solves[1:])
-    assert all(("beside_first_solve" in lv) is beside for lv in solves[1:])
+        assert not lv["lns"] and lv["threads"] == 2
+    assert all(lv["subsolvers"] == BOTH for lv in solves[1:])
     assert_lex_close(res.score, brute_force(inst, place, 2, objective))
+
+
+def test_shared_tree_workers_by_name():
+    """``subsolvers`` may name the shared-tree worker, repeated for several: the solve
+    runs them (stats name them once each) and proves the brute-force optimum."""
+    inst = make_window(6, D=2, G=2, seed=4)
+    place = Placement.identity(2, 4, 2)
+    res = solve_packing(inst, place, 2, objective="sync", time_limit=30, heuristic_start=False,
+                        subsolvers=("shared_tree", "shared_tree"), polish=False)
+    checked(inst, res)
+    assert res.status == "optimal"
+    first = res.stats["levels"][0]
+    # named workers (not "proof"): CP-SAT's LNS thread beside them
+    assert first["subsolvers"] == ["shared_tree", "shared_tree"] and first["threads"] == 3 and first["lns"]
+    assert_lex_close(res.score, brute_force(inst, place, 2, "sync"))
 
 
 def test_proof_workers_for_more_rows_add_the_lp():
     """With three rows or more level 1 of ``sync`` also gets ``default_lp`` (its bound
-    certifies those windows); two rows, ``fixed`` alone; later levels always both."""
+    certifies those windows); two rows, ``fixed`` and a shared-tree worker; later levels
+    always ``fixed`` and ``default_lp``."""
     from rp_opt.packing.exact.cpsat_model import proof_subsolvers
 
     level = get_objective("sync").levels[0]
-    assert proof_subsolvers(level, 2, 2) == ("fixed",)
+    assert proof_subsolvers(level, 2, 2) == ("fixed", "shared_tree")
     assert proof_subsolvers(level, 2, 3) == ("fixed", "default_lp")
     assert proof_subsolvers(level, 2, 2, first=False) == ("fixed", "default_lp")
     assert proof_subsolvers(get_objective("shard").levels[0], 2, 2) == ("fixed", "default_lp")
@@ -853,61 +864,6 @@ def test_highs_margin_covers_the_level_hold():
     checked(inst, res, num_rows=3)
     assert res.score[0] <= optimum + 2 * res.stats["rounding"][0] + 1e-12
     assert res.bound <= optimum + 1e-12
-
-
-def test_last_solve_beside_the_first_answers_for_the_final_incumbent():
-    """:class:`.overlap.LastSolve` (7 samples, 2 rows, G = 2, sync): offered a greedy
-    layout and then the optimum of levels 1 and 2, it answers for the one asked about:
-    level 3 minimised with levels 1 and 2 held at that incumbent's values, as a solve after
-    the first would; asked with other values, or about an incumbent never offered, None."""
-    from ortools.sat.python import cp_model
-
-    from rp_opt.packing.exact.common import Budget, canonical_layout, greedy_layout
-    from rp_opt.packing.exact.cpsat_model import CpsatPacking
-    from rp_opt.packing.exact.overlap import LastSolve
-
-    inst = make_window(7, D=2, G=2, C=80, seed=1)
-    place = Placement.identity(2, 4, 2)
-    data = packing_data(inst, place, 2)
-    obj = get_objective("sync")
-    reference = CpsatPacking(data, obj, symmetry_mode(obj)).solve(Budget(60.0), together="none")
-    assert [o.status for o in reference.levels] == ["optimal"] * 3
-
-    builder = CpsatPacking(data, obj, symmetry_mode(obj))
-    held = [builder.levels[0][0], builder.levels[1][0]]
-    y = list(builder.y.values())
-
-    def incumbent(layout):
-        """Level values (model units) and y values of ``layout``."""
-        builder.hint(layout)
-        solver = cp_model.CpSolver()
-        solver.parameters.fix_variables_to_their_hinted_value = True
-        builder.model.minimize(held[0])
-        assert solver.solve(builder.model) == cp_model.OPTIMAL
-        return [round(solver.value(e)) for e in held], [int(solver.boolean_value(v)) for v in y]
-
-    def make_solver(seconds):
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = seconds
-        solver.parameters.num_workers = 1
-        return solver
-
-    last = LastSolve(builder.model, held, builder.levels[2][0], y, make_solver, time.perf_counter() + 60)
-    try:
-        first = last.offer(*incumbent(canonical_layout(greedy_layout(data), 2, symmetry_mode(obj))))
-        values, hint = incumbent(reference.layout)
-        final = last.offer(values, hint)
-        assert (first, final) == (1, 2)
-        solver, status, _ = last.result(final, values)
-        assert status == cp_model.OPTIMAL
-        assert round(solver.objective_value) / builder.levels[2][1] == reference.levels[2].value
-        assert last.result(final, [v + 1 for v in values]) is None
-        t0 = time.perf_counter()
-        assert last.result(final + 1, values) is None  # never offered: no wait for the deadline
-        assert time.perf_counter() - t0 < 5
-    finally:
-        last.close()
-    assert 1 <= last.started <= 2
 
 
 def test_auto_grouping_leaves_a_second_solve():

@@ -291,7 +291,7 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         the default workers: before the proof solve, improve the start's level 1 with
         CP-SAT's own portfolio and its LNS (:data:`POLISH_SHARE` of the time left, at most
         :data:`POLISH_SECONDS`; :meth:`.cpsat_model.CpsatPacking.polish`; stats
-        ``polish``). That proof runs ``fixed`` alone, without LNS
+        ``polish``). That proof runs ``fixed`` and a shared-tree worker, without LNS
         (:func:`.cpsat_model.proof_subsolvers`, :func:`.cpsat_model.proof_without_lns`),
         and keeps a poor start poor.
     together

@@ -31,7 +31,6 @@ from ...solution import Layout
 from .common import (Budget, PackingData, aggregate_count, integer_scale, level_key, linearize_aggregate, rational,
                      symmetry_chains)
 from .row_search import rows_separable
-from .overlap import LastSolve
 
 log = logging.getLogger("rp_opt")
 
@@ -49,6 +48,9 @@ def check_together(together) -> str:
             f"must be one of {', '.join(TOGETHER_MODES)}, got {together!r}")
     return together
 
+# CP-SAT's shared-tree worker, as a name in a list of subsolvers (repeated: that many)
+SHARED_TREE = "shared_tree"
+
 # search orders of CpsatPacking(branch=...)
 BRANCH_ORDERS = ("blocks", "cells")
 
@@ -65,8 +67,9 @@ def proof_subsolvers(level, num_shards: int, num_rows: int, first: bool = True) 
     """CP-SAT's workers for a solve of the lexicographic sequence whose objective's first
     level is ``level``. Level 1 (``first``) of a two-row window whose objective adds up
     rows, each row's own cost (:func:`.row_search.rows_separable`: ``sync``, any objective
-    with G = 1): ``fixed`` alone, whose block-first order splits the samples between the
-    rows, with a whole core. Otherwise (``shard``'s max over shards of sums over rows,
+    with G = 1): ``fixed``, whose block-first order splits the samples between the rows,
+    and one CP-SAT shared-tree worker (:data:`SHARED_TREE`; its own search, which raises
+    the bound by splitting on it), each on a core. Otherwise (``shard``'s max over shards of sums over rows,
     later levels, which hold level 1, windows of more rows, whose bound comes from the
     LP): ``fixed`` and ``default_lp``. Measured on scripts/bench_exact.py's windows, 2
     cores, one run each unless a range is given. N = 24, G = 2, seed 0, level 1 proven in:
@@ -76,9 +79,17 @@ def proof_subsolvers(level, num_shards: int, num_rows: int, first: bool = True) 
     Later levels: seed 0 ``sync`` 12 s with ``fixed``, 16 s with both; seed 1 ``sync``
     38 s and 14 s; seed 0 ``shard`` not in 17 s with ``fixed``, 12-13 s with both.
     N = 64, G = 2 (R = 4), ``sync`` at 60 s: bound 35956.5 in two of four runs with
-    ``fixed`` (gap 2.65-2.75 %; 0.65 % and 0.81 % in the others), 36673.9 with both (0.72 %)."""
+    ``fixed`` (gap 2.65-2.75 %; 0.65 % and 0.81 % in the others), 36673.9 with both (0.72 %).
+
+    The shared-tree worker beside ``fixed`` (twenty-fourth session, same machine): level 1
+    of ``sync``, N = 24, G = 2, from the optimum, alone: seed 1 in 31.2 s with both, 47.7 s
+    with ``fixed`` alone (then on one thread beside the last solve), 8.9-40.9 s with two
+    shared-tree workers; seed 0 in 38.5 s, 43.7 s, 52.4 s and twice not in 60 s. Whole
+    60-s solves (scripts/bench_exact.py): N = 24 seed 2 proven in every run (34.9-48.3 s;
+    never before), seed 0 levels 1-2 in every run (level 3 not always), seed 1 depends on
+    its start; N = 32 seeds 0, 1, 3, 4 all proven (22.2-39.2 s; seed 0 never before)."""
     alone = first and num_rows <= 2 and rows_separable(level, num_shards)
-    return ("fixed",) if alone else ("fixed", "default_lp")
+    return ("fixed", SHARED_TREE) if alone else ("fixed", "default_lp")
 
 
 def proof_without_lns(num_rows: int) -> bool:
@@ -522,13 +533,8 @@ class CpsatPacking:
         is there for the bound (each worker on a thread of its own, no LNS thread); None,
         :func:`proof_without_lns` decides (without it for two rows).
 
-        Two solves whose first runs ``fixed`` alone (the default workers, ``workers``
-        unset, no ``extra_hint``): the first runs on one thread, and the last runs beside
-        it on another, ``fixed`` alone, against each incumbent of the first
-        (:class:`.overlap.LastSolve`; its stats say ``beside_first_solve``). N = 24, G = 2,
-        ``sync`` window of scripts/bench_exact.py, seed 0, 60 s: proven in 47.9 s, levels
-        1-2 taking 45.4 s and level 3 13.4 s of them; one after the other, 55.2-59.6 s and
-        one run unproven.
+        ``subsolvers`` may name :data:`SHARED_TREE` (once per worker): CP-SAT's shared-tree
+        workers, splitting the tree by objective bound.
 
         ``extra_hint(solver or None) -> dict var -> value`` adds hints for the caller's own
         variables (the joint model's placement); ``on_solution(solver)`` reads them back.
@@ -547,7 +553,14 @@ class CpsatPacking:
             solver.parameters.max_time_in_seconds = limit
             solver.parameters.num_workers = threads
             if names:
-                solver.parameters.subsolvers.extend(names)
+                solver.parameters.subsolvers.extend(list(dict.fromkeys(names)))  # each name once
+                trees = list(names).count(SHARED_TREE)
+                if trees:
+                    # the shared-tree workers split the search tree between them by
+                    # objective bound (one worker: it alone proves "objective >= b" for
+                    # ever larger b beside the other workers)
+                    solver.parameters.shared_tree_num_workers = trees
+                    solver.parameters.shared_tree_split_strategy = type(solver.parameters).SPLIT_STRATEGY_OBJECTIVE_LB
             if not lns:
                 # one thread per proving worker, none for LNS (proof_without_lns)
                 solver.parameters.num_full_subsolvers = len(names)
@@ -562,16 +575,15 @@ class CpsatPacking:
                 return subsolvers
             return proof_subsolvers(self.objective.levels[0], self.data.num_shards, self.data.num_rows, first)
 
-        def run(expr, limit, first, callback=None):
+        def run(expr, limit, first):
             names = names_of(first)
-            # beside a last solve: one thread (the other core runs that solve)
             without = proof_without_lns(self.data.num_rows) if improve is None else not improve
             lns = not (subsolvers == PROOF and workers is None and len(names) > 1 and without)
-            threads = 1 if callback is not None else workers or (len(names) + (1 if lns else 0) if names else 8)
+            threads = workers or (len(names) + (1 if lns else 0) if names else 8)
             solver = configured(limit, names, threads, lns)
             m.minimize(expr)
             # Ctrl-C stops the search; the caller gets what it found (stats "interrupted")
-            status = cpsat_solve(solver, m, callback, on_interrupt="return")
+            status = cpsat_solve(solver, m, on_interrupt="return")
             if status == cp_model.MODEL_INVALID:
                 # e.g. an unknown subsolver name: say so, never a silent "no solution"
                 info = solver.solution_info()
@@ -584,84 +596,58 @@ class CpsatPacking:
             return expr, weights
 
         groups = self.solve_groups(todo, together)
-        last, offer = None, None
-        if (len(groups) == 2 and len(groups[0]) > 1 and subsolvers == PROOF and workers is None
-                and extra_hint is None and names_of(True) == ("fixed",)):
-            # the first solve's fixed worker alone: the last solve runs beside it (.overlap)
-            held, y_vars = [self.levels[k][0] for k in groups[0]], list(self.y.values())
-            last = LastSolve(m, held, group_expr(groups[1])[0], y_vars,
-                             lambda seconds: configured(seconds, ("fixed",), 1), budget.start + budget.seconds)
-            offer = _Offer(last, held, y_vars)
-        held_values = []  # the values the solves so far hold their levels at (model units)
-        try:
-            for g, ks in enumerate(groups):
-                expr, weights = group_expr(ks)
-                # a first solve of several levels leaves a search of the last ones with those
-                # held, which is short (N = 32, G = 2, sync window of scripts/bench_exact.py:
-                # level 3 proven in 0.1 s once levels 1 and 2 were held)
-                limit = (budget.for_level(g, len(groups), LEADING_SHARE) if len(groups[0]) > 1
-                         else budget.for_level(g, len(groups)))
-                t0 = time.perf_counter()
-                ready, more = None, {}
-                if last is not None and g == 1:
-                    # the last solve against the first's final plan: done, running, or (when
-                    # none could start before the deadline) run here with what is left
-                    ready = last.result(last.generation, held_values)
-                    last.close()
-                if ready is not None:
-                    solver, status, secs = ready
-                    names, limit = ("fixed",), solver.parameters.max_time_in_seconds
-                    more = {"beside_first_solve": {"incumbents": last.generation, "solves": last.started}}
-                else:
-                    solver, status, names = run(expr, limit, g == 0, offer if g == 0 else None)
-                    secs = time.perf_counter() - t0
-                stop = interrupted(solver)
-                if (g == 0 and extra_bound is not None and not stop
-                        and status in (cp_model.FEASIBLE, cp_model.UNKNOWN)):
-                    # level 1 unproven: a bound of another kind (e.g. the relaxation) before the
-                    # later levels take what is left. Not a constraint of the search: on the
-                    # benchmark that cost more time than it pruned (N = 20, G = 2, sync window
-                    # of scripts/bench_exact.py: level 1 proven in 13 s without it, in 33 s
-                    # with a first short solve, the relaxation and a second solve)
-                    try:
-                        extra_bound()
-                    except KeyboardInterrupt:
-                        stop = True
-                stats = {"status": solver.status_name(status), "seconds": secs, "limit": limit,
-                         "branches": solver.num_branches, "conflicts": solver.num_conflicts,
-                         "subsolvers": list(names) if names else "cpsat",
-                         # whether a thread ran CP-SAT's LNS beside the named workers
-                         "threads": solver.parameters.num_workers,
-                         "lns": solver.parameters.use_lns and solver.parameters.num_workers > len(names or ()),
-                         **more}
-                if stop:
-                    stats["interrupted"] = True  # Ctrl-C: no later level runs
-                if len(ks) > 1:
-                    stats["solved_together"] = [k + 1 for k in ks]  # level numbers, 1-based
-                if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-                    st = "infeasible" if status == cp_model.INFEASIBLE else "no_solution"
-                    outcomes.append(LevelOutcome(st, None, None, secs, stats))
-                    break
-                st = "optimal" if status == cp_model.OPTIMAL else "feasible"
-                # the first level's bound: w_0 L_0 + (the rest, at most w_0 - 1) >= the solve's bound
-                bound = solver.best_objective_bound
-                first = bound if len(ks) == 1 else max(0, math.ceil((bound - weights[0] + 1) / weights[0]))
-                for j, k in enumerate(ks):
-                    lexpr, unit = self.levels[k][0], self.levels[k][1]
-                    value = round(solver.objective_value) if len(ks) == 1 else round(solver.value(lexpr))
-                    outcomes.append(LevelOutcome(st, value / unit, first / unit if j == 0 else None, secs, stats))
-                    # hold this level at its value (integer: exact) for the next solve
-                    m.add(lexpr <= value)
-                    held_values.append(value)
-                layout = self.layout_from(solver)
-                if on_solution:
-                    extra = on_solution(solver)
-                self._hint_from(solver, extra_hint)
-                if stop:
-                    break
-        finally:
-            if last is not None:
-                last.close()
+        for g, ks in enumerate(groups):
+            expr, weights = group_expr(ks)
+            # a first solve of several levels leaves a search of the last ones with those
+            # held, which is short (N = 32, G = 2, sync window of scripts/bench_exact.py:
+            # level 3 proven in 0.1 s once levels 1 and 2 were held)
+            limit = (budget.for_level(g, len(groups), LEADING_SHARE) if len(groups[0]) > 1
+                     else budget.for_level(g, len(groups)))
+            t0 = time.perf_counter()
+            solver, status, names = run(expr, limit, g == 0)
+            secs = time.perf_counter() - t0
+            stop = interrupted(solver)
+            if (g == 0 and extra_bound is not None and not stop
+                    and status in (cp_model.FEASIBLE, cp_model.UNKNOWN)):
+                # level 1 unproven: a bound of another kind (e.g. the relaxation) before the
+                # later levels take what is left. Not a constraint of the search: on the
+                # benchmark that cost more time than it pruned (N = 20, G = 2, sync window
+                # of scripts/bench_exact.py: level 1 proven in 13 s without it, in 33 s
+                # with a first short solve, the relaxation and a second solve)
+                try:
+                    extra_bound()
+                except KeyboardInterrupt:
+                    stop = True
+            stats = {"status": solver.status_name(status), "seconds": secs, "limit": limit,
+                     "branches": solver.num_branches, "conflicts": solver.num_conflicts,
+                     "subsolvers": list(names) if names else "cpsat",
+                     # whether a thread ran CP-SAT's LNS beside the named workers
+                     "threads": solver.parameters.num_workers,
+                     "lns": solver.parameters.use_lns and solver.parameters.num_workers > len(names or ())}
+            if stop:
+                stats["interrupted"] = True  # Ctrl-C: no later level runs
+            if len(ks) > 1:
+                stats["solved_together"] = [k + 1 for k in ks]  # level numbers, 1-based
+            if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                st = "infeasible" if status == cp_model.INFEASIBLE else "no_solution"
+                outcomes.append(LevelOutcome(st, None, None, secs, stats))
+                break
+            st = "optimal" if status == cp_model.OPTIMAL else "feasible"
+            # the first level's bound: w_0 L_0 + (the rest, at most w_0 - 1) >= the solve's bound
+            bound = solver.best_objective_bound
+            first = bound if len(ks) == 1 else max(0, math.ceil((bound - weights[0] + 1) / weights[0]))
+            for j, k in enumerate(ks):
+                lexpr, unit = self.levels[k][0], self.levels[k][1]
+                value = round(solver.objective_value) if len(ks) == 1 else round(solver.value(lexpr))
+                outcomes.append(LevelOutcome(st, value / unit, first / unit if j == 0 else None, secs, stats))
+                # hold this level at its value (integer: exact) for the next solve
+                m.add(lexpr <= value)
+            layout = self.layout_from(solver)
+            if on_solution:
+                extra = on_solution(solver)
+            self._hint_from(solver, extra_hint)
+            if stop:
+                break
         return self._outcome(todo, outcomes, layout, extra)
 
     def _outcome(self, todo, outcomes, layout, extra) -> SolveOutcome:
@@ -679,15 +665,3 @@ class CpsatPacking:
                                                         {"implied": True, "same_as_level": self.level_keys.index(self.level_keys[k])}))
         rounding = [err for _, _, err, _ in self.levels]
         return SolveOutcome(layout, full, rounding, extra)
-
-
-class _Offer(cp_model.CpSolverSolutionCallback):
-    """Hands every incumbent of the first solve to a :class:`.overlap.LastSolve`."""
-
-    def __init__(self, last: LastSolve, held: list, hint_vars: list):
-        super().__init__()
-        self._last, self._held, self._hint_vars = last, held, hint_vars
-
-    def on_solution_callback(self):
-        self._last.offer([round(self.value(e)) for e in self._held],
-                         [int(self.boolean_value(v)) for v in self._hint_vars])
