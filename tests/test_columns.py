@@ -136,6 +136,31 @@ def test_time_limit_and_ctrl_c_return_a_valid_bound(ctrl_c):
     assert out["bound"] is None or out["bound"] <= start_value + 1e-9
 
 
+def test_ctrl_c_in_the_master_lp_keeps_the_bound(monkeypatch):
+    """A Ctrl-C that lands in the master LP (not in a pricing solve) ends the generation
+    the same way: status ``interrupted``, the Lagrangian bound of the pricing solves so
+    far kept (the whole-suite run once had it escape as a KeyboardInterrupt)."""
+    from rp_opt.packing.exact import columns
+
+    inst = make_window(24, D=4, G=2, L=4, E=8, P=4, C=120, seed=6)
+    place = default_placement(inst)
+    data = packing_data(inst, place, 3)
+    start = greedy_layout(inst, 3)
+    start_value = score(inst, place, start, pooled_objective("shard", 3, 2))[0]
+    calls = []
+
+    def master(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return linprog(*args, **kwargs)
+
+    monkeypatch.setattr(columns, "linprog", master)
+    out = block_column_bound(data, 0.5, 0.5, start, 60.0)
+    assert len(calls) == 3 and out["status"] == "interrupted" and out["interrupted"] is True
+    assert out["iterations"] == 2 and out["bound"] is not None and out["bound"] <= start_value + 1e-9
+
+
 def test_solve_packing_takes_the_pooled_bound_by_columns():
     """``shard`` with R = 3, G = 2 and at most 48 samples: the pooled bound comes from
     the generation; it bounds the score, the result's bound is at least it, and the

@@ -180,46 +180,52 @@ def block_column_bound(data: PackingData, alpha: float, beta: float, start: Layo
     out = {"method": "columns", "bound": None, "status": "time limit"}
     best, center, lp_value, it, plain = -np.inf, None, None, 0, True
     while True:
-        # the master LP over the columns so far: every sample once, R G blocks
-        matrix = np.zeros((n + 1, len(columns)))
-        for j, (members, _) in enumerate(columns):
-            matrix[members, j] = 1.0
-        matrix[n] = 1.0
-        rhs = np.ones(n + 1)
-        rhs[n] = blocks
-        lp = linprog(np.array([c for _, c in columns]), A_eq=matrix, b_eq=rhs, bounds=(0, None), method="highs")
-        if lp.status != 0:  # the start's blocks are a solution: this is HiGHS failing
-            out["status"] = f"master LP: {lp.message}"
-            break
-        lp_value = float(lp.fun)
-        pi_lp, sigma = lp.eqlin.marginals[:n], float(lp.eqlin.marginals[n])
-        if best >= lp_value - TOLERANCE * max(1.0, abs(lp_value)):
-            out["status"] = "converged"
-            break
-        left = seconds - (time.perf_counter() - t0)
-        if left <= 0:
-            break
-        # smoothed duals, or the LP's own after a smoothed price found no column
-        pi = pi_lp if plain or center is None else SMOOTHING * center + (1 - SMOOTHING) * pi_lp
-        found, least, proven, stopped = pricing.solve(pi, min(left, PRICING_SECONDS), seed + it, workers)
-        it += 1
-        if least is not None:
-            # sum_b c_b >= sum_i pi_i + R G min_b (c_b - pi(b))      (Lagrangian bound)
-            bound = float(pi.sum()) + blocks * least
-            if bound > best:
-                best, center = bound, pi.copy()
-        if stopped:
+        try:
+            # the master LP over the columns so far: every sample once, R G blocks
+            matrix = np.zeros((n + 1, len(columns)))
+            for j, (members, _) in enumerate(columns):
+                matrix[members, j] = 1.0
+            matrix[n] = 1.0
+            rhs = np.ones(n + 1)
+            rhs[n] = blocks
+            lp = linprog(np.array([c for _, c in columns]), A_eq=matrix, b_eq=rhs, bounds=(0, None), method="highs")
+            if lp.status != 0:  # the start's blocks are a solution: this is HiGHS failing
+                out["status"] = f"master LP: {lp.message}"
+                break
+            lp_value = float(lp.fun)
+            pi_lp, sigma = lp.eqlin.marginals[:n], float(lp.eqlin.marginals[n])
+            if best >= lp_value - TOLERANCE * max(1.0, abs(lp_value)):
+                out["status"] = "converged"
+                break
+            left = seconds - (time.perf_counter() - t0)
+            if left <= 0:
+                break
+            # smoothed duals, or the LP's own after a smoothed price found no column
+            pi = pi_lp if plain or center is None else SMOOTHING * center + (1 - SMOOTHING) * pi_lp
+            found, least, proven, stopped = pricing.solve(pi, min(left, PRICING_SECONDS), seed + it, workers)
+            it += 1
+            if least is not None:
+                # sum_b c_b >= sum_i pi_i + R G min_b (c_b - pi(b))      (Lagrangian bound)
+                bound = float(pi.sum()) + blocks * least
+                if bound > best:
+                    best, center = bound, pi.copy()
+            if stopped:
+                out.update(status="interrupted", interrupted=True)
+                break
+            # columns of negative reduced cost under the LP's duals enter the master
+            added = sum(add(cells) for cells in found
+                        if block_cost(data, cells, alpha, beta) - pi_lp[np.concatenate(cells)].sum() - sigma < -1e-9)
+            if not added and plain and proven:
+                # no block below the LP's own duals: the master LP is the set partition's LP
+                # (its value, less the roundings, is the bound just taken)
+                out["status"] = "converged"
+                break
+            plain = not added
+        except KeyboardInterrupt:
+            # a Ctrl-C outside the pricing solve (the master LP, the columns' costs): the
+            # bound so far stands, as after a stopped pricing solve
             out.update(status="interrupted", interrupted=True)
             break
-        # columns of negative reduced cost under the LP's duals enter the master
-        added = sum(add(cells) for cells in found
-                    if block_cost(data, cells, alpha, beta) - pi_lp[np.concatenate(cells)].sum() - sigma < -1e-9)
-        if not added and plain and proven:
-            # no block below the LP's own duals: the master LP is the set partition's LP
-            # (its value, less the roundings, is the bound just taken)
-            out["status"] = "converged"
-            break
-        plain = not added
     out.update(bound=None if best == -np.inf else float(best), lp=lp_value, iterations=it, columns=len(columns),
                seconds=time.perf_counter() - t0)
     log.debug("pooled bound by columns: %s after %d pricing solves, %d columns", out["bound"], it, len(columns))
