@@ -157,3 +157,37 @@ def test_two_row_model_with_fixed_rows_minimises_the_whole_window(objective):
     best = put_back(start, rows, samples, sub)
     assert layout_valid(packing_data(inst, place, 3), best)
     assert not _pair_can_improve(inst, place, best, rows, obj)
+
+
+def test_pair_solves_of_sync_improve_with_fixed_and_lns(monkeypatch):
+    """The row search's two-row solve of an objective that adds up rows is there to
+    improve the pair: with the default workers (``"proof"``) it runs ``fixed`` beside
+    CP-SAT's LNS thread, not the proof's shared-tree worker, and returns a pair layout
+    that no layout of the pair beats (brute force)."""
+    import rp_opt.packing.exact as exact
+    from rp_opt.packing.exact.common import renumbered
+    from rp_opt.packing.exact.cpsat_model import PROOF
+
+    inst = make_window(8, D=2, G=2, C=50, seed=3)
+    place = default_placement(inst)
+    start = greedy_layout(packing_data(inst, place, 3))
+    obj = get_objective("sync")
+    rows = (0, 2)
+    samples, sub_start = two_rows(start, rows)
+    seen = []
+    original = exact.solve_packing
+
+    def spy(*args, **kwargs):
+        res = original(*args, **kwargs)
+        seen.append((kwargs["subsolvers"], res.stats["levels"][0]))
+        return res
+
+    monkeypatch.setattr(exact, "solve_packing", spy)
+    sub, proven = _two_row_layout(renumbered(inst, samples), place, obj, sub_start, 30.0, None, 0, "cpsat", None,
+                                  PROOF, True, True, "auto")
+    assert proven and len(seen) == 1
+    names, first = seen[0]
+    assert names == ("fixed",) and first["subsolvers"] == ["fixed"] and first["lns"] and first["threads"] == 2
+    best = put_back(start, rows, samples, sub)
+    assert layout_valid(packing_data(inst, place, 3), best)
+    assert not _pair_can_improve(inst, place, best, rows, obj)
