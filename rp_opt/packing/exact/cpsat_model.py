@@ -85,7 +85,7 @@ def proof_subsolvers(level, num_shards: int, num_rows: int, first: bool = True) 
     of ``sync``, N = 24, G = 2, from the optimum, alone: seed 1 in 31.2 s with both, 47.7 s
     with ``fixed`` alone (then on one thread beside the last solve), 8.9-40.9 s with two
     shared-tree workers; seed 0 in 38.5 s, 43.7 s, 52.4 s and twice not in 60 s. Whole
-    60-s solves (scripts/bench_exact.py): N = 24 seed 2 proven in every run (34.9-48.3 s;
+    60-s solves (scripts/bench_exact.py): N = 24 seed 2 proven in every run (31.4-48.3 s;
     never before), seed 0 levels 1-2 in every run (level 3 not always), seed 1 depends on
     its start; N = 32 seeds 0, 1, 3, 4 all proven (22.2-39.2 s; seed 0 never before)."""
     alone = first and num_rows <= 2 and rows_separable(level, num_shards)
