@@ -69,9 +69,9 @@ def proof_subsolvers(level, num_shards: int, num_rows: int, first: bool = True) 
     rows, each row's own cost (:func:`.row_search.rows_separable`: ``sync``, any objective
     with G = 1): ``fixed``, whose block-first order splits the samples between the rows,
     and one CP-SAT shared-tree worker (:data:`SHARED_TREE`; its own search, which raises
-    the bound by splitting on it), each on a core. Otherwise (``shard``'s max over shards of sums over rows,
-    later levels, which hold level 1, windows of more rows, whose bound comes from the
-    LP): ``fixed`` and ``default_lp``. Measured on scripts/bench_exact.py's windows, 2
+    the bound by splitting on it), each on a core. Otherwise (``shard``'s max over shards
+    of sums over rows, later levels, which hold level 1, windows of more rows, whose bound
+    comes from the LP): ``fixed`` and ``default_lp``. Measured on scripts/bench_exact.py's windows, 2
     cores, one run each unless a range is given. N = 24, G = 2, seed 0, level 1 proven in:
     ``sync`` 31 s with ``fixed``, 48 s with both, 70 s with the three earlier workers
     (default_lp, fixed, no_lp), not in 79 s with ``default_lp``; ``shard`` 31-47 s with
