@@ -92,10 +92,13 @@ def test_equals_brute_force(G, objective, backend):
     assert_lex_close(res.score, expected)
     assert res.bound <= res.score[0] + 1e-9
     if backend == "cpsat" and G == 2:
-        # three distinct levels, two rows: CP-SAT solves levels 1 and 2 as one
-        # (CpsatPacking.solve_groups, "auto"), then level 3
-        assert res.stats["levels"][0]["solved_together"] == [1, 2]
-        assert "solved_together" not in res.stats["levels"][2]
+        # three distinct levels, two rows, a start: CP-SAT solves them as one under the
+        # start's level 1 (CpsatPacking.solve_groups, "auto", coarse_stack); a level
+        # minimised in steps counts them in its rounding margin
+        level1 = res.stats["levels"][0]
+        assert level1["solved_together"] == [1, 2, 3]
+        for number, step in level1.get("steps", {}).items():
+            assert res.stats["rounding"][number - 1] >= (step - 1) / res.stats["scale"]["K"]
 
 
 @pytest.mark.parametrize("rows", [2, 3])
@@ -155,6 +158,79 @@ def test_stacked_weights_make_the_sum_lexicographic(uppers):
         assert weights[j] > sum(w * u for w, u in zip(weights[j + 1:], uppers[j + 1:]))
     fake.levels = [(None, 1, 0.0, 2 ** 30) for _ in range(3)]
     assert fake.stacked([0, 1, 2]) is None  # beyond 2^53: solved one by one
+
+
+def _two_row_builder(objective):
+    """The CP-SAT model of a 7-sample, two-row, G = 2 window (no solve)."""
+    from rp_opt.packing.exact.cpsat_model import CpsatPacking
+
+    inst = make_window(7, D=2, G=2, C=80, seed=1)
+    obj = get_objective(objective) if isinstance(objective, str) else objective
+    return CpsatPacking(packing_data(inst, Placement.identity(2, 4, 2), 2), obj, symmetry_mode(obj))
+
+
+@settings(max_examples=60, deadline=None)
+@given(cutoff=st.integers(1, 10 ** 9), share=st.floats(0.05, 1.0), objective=st.sampled_from(["sync", "shard"]))
+def test_coarse_stack_orders_layouts_lexicographically(cutoff, share, objective):
+    """Under the start's level 1 (the cutoff) every entry of J is at most the cutoff, so
+    ``sync``'s and ``shard``'s sum J is at most 4 cutoffs and max J at most one (two rows,
+    two shards). The coarse stack's caps cover that in its steps, each weight exceeds what
+    the later levels can add at their caps, the sum stays below 2^53, and no step exceeds
+    5e-5 of the level's value at the start; past what such steps can close, None."""
+    builder = _two_row_builder(objective)
+    at_start = [cutoff, max(1, int(2 * cutoff * share)), max(1, int(cutoff * share))]
+    out = builder.coarse_stack([0, 1, 2], cutoff, at_start)
+    if out is None:
+        # even the largest steps leave (4 c / q_2)(c / q_3) c at or above 2^53
+        q2, q3 = (max(1, int(5e-5 * v)) for v in at_start[1:])
+        assert (-(-4 * cutoff // q2) + 1) * (-(-cutoff // q3) + 1) * cutoff >= 2 ** 53 / 2
+        return
+    weights, steps, caps = out
+    assert steps[0] == 1 and caps[0] == cutoff and weights[-1] == 1
+    for j, upper in ((1, 4 * cutoff), (2, cutoff)):
+        assert 1 <= steps[j] <= max(1, 5e-5 * at_start[j])
+        assert caps[j] * steps[j] >= upper  # ceil(L_j / q_j) never exceeds its cap
+    for j in range(2):
+        assert weights[j] > sum(w * c for w, c in zip(weights[j + 1:], caps[j + 1:]))
+    assert sum(w * c for w, c in zip(weights, caps)) < 2 ** 53
+
+
+def test_coarse_stack_needs_level_1_to_cap_what_later_levels_weigh():
+    """A first level of attention alone caps no expert entry: a later level that weighs
+    experts cannot be stacked under it (None); with attention alone at every level it can."""
+    from rp_opt.cost import Aggregate, Objective
+
+    mixed = Objective("attention_then_j", ((( 1.0, Aggregate("max", "shards", "sum", 1.0, 0.0)),),
+                                           ((1.0, Aggregate("sum", "rows", "sum")),),
+                                           ((1.0, Aggregate("max", "rows", "max")),)))
+    assert _two_row_builder(mixed).entry_caps(1000) is None
+    assert _two_row_builder(mixed).coarse_stack([0, 1, 2], 1000, [1000, 2000, 500]) is None
+    caps = _two_row_builder("attention").entry_caps(1000)
+    assert caps == [[1000.0], [1000.0], [1000.0]]
+
+
+def test_three_levels_in_one_solve_match_one_per_level():
+    """With a start, a two-row G = 2 window solves its three levels as one (in steps under
+    the start's level 1) and reaches the optimum that one solve per level reaches, within
+    the steps; the plan's score is the brute-force optimum."""
+    from rp_opt.packing.exact.common import Budget
+
+    inst = make_window(7, D=2, G=2, C=80, seed=1)
+    place = Placement.identity(2, 4, 2)
+    expected = brute_force(inst, place, 2, "sync")
+    start = solve_packing(inst, place, 2, objective="sync", time_limit=10, heuristic_start=False,
+                          polish=False, together="none")
+    checked(inst, start, num_rows=2)
+    one = _two_row_builder("sync")
+    layout = canonical_layout(start.plan.layout, 2, symmetry_mode(get_objective("sync")))
+    out = one.solve(Budget(60.0), start=layout)
+    assert out.levels[0].stats["solved_together"] == [1, 2, 3]
+    assert [o.status for o in out.levels] == ["optimal"] * 3
+    by_level = _two_row_builder("sync").solve(Budget(60.0), start=layout, together="none")
+    for k in range(3):
+        step = one.steps[k] / one.levels[k][1]
+        assert abs(out.levels[k].value - by_level.levels[k].value) <= step + 1e-9
+    assert_lex_close(score(inst, place, out.layout, "sync"), expected, rel=1e-3)
 
 
 @pytest.mark.parametrize("D,G,R", [(4, 1, 1), (4, 2, 1), (2, 1, 2)])
@@ -672,11 +748,11 @@ def test_proof_workers_per_solve(objective, G, first):
     checked(inst, res)
     assert res.status == "optimal"
     # one entry per solve: a level neither implied by an earlier one nor solved with one.
-    # Two rows: levels 1 and 2 as one solve, then level 3; with G = 1 level 2 is level 1,
-    # and levels 1 and 3 are two solves
+    # Two rows, G = 2: the three levels as one solve (under the start's level 1); with
+    # G = 1 level 2 is level 1, and levels 1 and 3 are two solves
     solves = [lv for k, lv in enumerate(res.stats["levels"])
               if not lv.get("implied") and lv.get("solved_together", [k + 1])[0] == k + 1]
-    assert len(solves) == 2 and solves[0]["subsolvers"] == first
+    assert len(solves) == (1 if G == 2 else 2) and solves[0]["subsolvers"] == first
     # two rows: the two workers take a thread each, without CP-SAT's LNS thread
     # (cpsat_model.proof_without_lns)
     for lv in solves:

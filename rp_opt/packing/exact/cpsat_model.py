@@ -324,7 +324,11 @@ class CpsatPacking:
                 j_max = max(j_max, max(map(max, self.context_A)), max(map(max, self.context_X)))
         self._ub = j_max
         self.level_keys = [level_key(level, R + len(self.context_A), G) for level in objective.levels]
+        self.level_shapes: list = []
         self.levels = [self._level(level) for level in objective.levels]
+        # per level, how much coarser than its integer unit a stacked solve minimised it
+        # (:meth:`coarse_stack`; 1: exactly)
+        self.steps = [1] * len(self.levels)
 
     def _search_order(self, branch: str):
         """The decision strategy: the longest sample first (first fit decreasing, the order
@@ -367,7 +371,7 @@ class CpsatPacking:
         data, sc, m = self.data, self.scale, self.model
         G = data.num_shards
         R = data.num_rows + len(self.context_A)  # the fixed rows of a larger window count too
-        parts, fracs, error, uppers = [], [], 0.0, []
+        parts, fracs, error, uppers, shapes = [], [], 0.0, [], []
         for coef, agg in level:
             fa, fx = rational(agg.attention), rational(agg.expert)
             den = _lcm([fa.denominator, fx.denominator])
@@ -387,6 +391,7 @@ class CpsatPacking:
             fracs.append(fc / den)
             parts.append(expr)
             count = aggregate_count(agg, R, G)
+            shapes.append((count, qa, qx))
             # every entry qa A_int + qx X_int of a layout's true costs is at most (qa + qx) j_max,
             # and the aggregate at most ``count`` entries
             uppers.append(count * (qa + qx) * self._ub)
@@ -399,6 +404,8 @@ class CpsatPacking:
         lcd = _lcm([f.denominator for f in fracs])
         expr = sum(int(f * lcd) * p for f, p in zip(fracs, parts))
         upper = sum(int(f * lcd) * u for f, u in zip(fracs, uppers))
+        # the level as sum_k c_k aggregate_k(qa_k A_int + qx_k X_int), for entry_caps
+        self.level_shapes.append([(int(f * lcd), count, qa, qx) for f, (count, qa, qx) in zip(fracs, shapes)])
         return expr, sc.K * lcd, error, upper
 
     # -- solving -----------------------------------------------------------------------------
@@ -441,13 +448,86 @@ class CpsatPacking:
             return None
         return weights
 
-    def solve_groups(self, todo: list, together: str = TOGETHER) -> list[list]:
+    def entry_caps(self, cutoff: int) -> list | None:
+        """For every level, a cap on each entry qa A_int + qx X_int of each of its aggregates
+        at a layout whose first level is at most ``cutoff`` (integer units), or None when the
+        first level does not bound a part a later level weighs. Every aggregate of
+        non-negative entries is at least each of them, so level 1 = sum_k c_k agg_k(qa_k A +
+        qx_k X) >= wa A[r,g] + wx X[r,g] with wa = sum_k c_k qa_k, wx = sum_k c_k qx_k, and an
+        entry qa A + qx X of a later level is at most max(qa / wa, qx / wx) ``cutoff``."""
+        if any(c < 0 or qa < 0 or qx < 0 for level in self.level_shapes for c, _, qa, qx in level):
+            return None
+        first = self.level_shapes[0]
+        wa, wx = sum(c * qa for c, _, qa, _ in first), sum(c * qx for c, _, _, qx in first)
+
+        def ratio(q, w):
+            return 0.0 if q == 0 else (q / w if w > 0 else None)
+
+        caps = []
+        for level in self.level_shapes:
+            ratios = [(ratio(qa, wa), ratio(qx, wx)) for _, _, qa, qx in level]
+            if any(None in pair for pair in ratios):
+                return None
+            caps.append([max(pair) * cutoff for pair in ratios])
+        return caps
+
+    # steps of a coarse stack, as shares of each later level's value at the start: the
+    # first that fits 2^53 (1e-4 of a level at most, where ROUNDING_TOLERANCE allows 1e-3)
+    STEP_SHARES = (1e-6, 3e-6, 1e-5, 2e-5, 5e-5)
+
+    def coarse_stack(self, levels: list, cutoff: int, at_start: list) -> tuple[list, list, list] | None:
+        """Weights w_j, steps q_j and the caps of ceil(L_j / q_j) such that minimising
+        w_0 L_0 + sum_{j>0} w_j ceil(L_j / q_j) over the layouts whose first level is at most
+        ``cutoff`` minimises ``levels`` (indices into :attr:`levels`, the first level first)
+        lexicographically, each later level to within q_j - 1 integer units; or None when
+        no steps of at most :data:`STEP_SHARES` of the levels' values ``at_start`` (integer
+        units, per level) keep the sum below 2^53.
+
+        :meth:`stacked` bounds every level by the largest value any layout could give it,
+        so three levels of a two-row window need weights near 10^20; under the cutoff (the
+        start's first level) every entry of J is capped (:meth:`entry_caps`), which bounds
+        the later levels far tighter, and steps of about 10^-5 of a level close the rest
+        (they are added to the level's rounding margin). Why three levels in one solve: with
+        two rows every later level is proven by searching the layouts at the first level's
+        optimum again (N = 24, G = 2, ``sync`` window of scripts/bench_exact.py, from the
+        optimum, 2 cores: seed 0, levels 1 and 2 together 37.0 s, then level 3 alone
+        17.1 s, all three in one solve 37.0-38.6 s; seed 1: 21.8 + 15.1 s against 28.7 s).
+        """
+        caps = self.entry_caps(cutoff)
+        if caps is None or not levels or levels[0] != 0:
+            return None
+        uppers = [cutoff] + [math.ceil(sum(c * n * cap for (c, n, _, _), cap in zip(self.level_shapes[k], caps[k])))
+                             for k in levels[1:]]
+        for share in self.STEP_SHARES:
+            steps = [1] + [max(1, math.floor(share * at_start[k])) for k in levels[1:]]
+            coarse = [uppers[0]] + [-(-u // q) for u, q in zip(uppers[1:], steps[1:])]
+            weights = [1]
+            for upper in reversed(coarse[1:]):
+                weights.insert(0, weights[0] * (upper + 1))
+            if sum(w * u for w, u in zip(weights, coarse)) < 2 ** 53:
+                return weights, steps, coarse
+        return None
+
+    def hinted_value(self, k: int, seconds: float = 5.0) -> int | None:
+        """Level ``k``'s integer value at the hinted layout (CP-SAT with every hinted
+        variable fixed), or None when that solve does not finish (or is interrupted)."""
+        solver = cp_model.CpSolver()
+        solver.parameters.fix_variables_to_their_hinted_value = True
+        solver.parameters.num_workers = 1
+        solver.parameters.max_time_in_seconds = seconds
+        self.model.minimize(self.levels[k][0])
+        status = cpsat_solve(solver, self.model, on_interrupt="return")
+        return round(solver.objective_value) if status == cp_model.OPTIMAL and not interrupted(solver) else None
+
+    def solve_groups(self, todo: list, together: str = TOGETHER, at_start: list | None = None) -> list[list]:
         """The levels ``todo`` (indices into :attr:`levels`) split into the solves that run
         them: each solve takes the longest run of the next levels whose :meth:`stacked`
         weights stay exact. ``together``: ``"leading"`` from the first level on, ``"later"``
         from the second on, ``"none"`` one level per solve, ``"auto"`` (the default)
         ``"leading"`` for at most two rows when that leaves a level for a second solve, else
-        ``"later"``.
+        ``"later"``; with ``at_start`` (the start's level values, integer units), at most
+        two rows and three levels or more, all of them in one solve when
+        :meth:`coarse_stack` finds weights for them.
 
         Why ``auto``: every level after the first is proven by searching the layouts at the
         first level's optimum again, and with two rows that search is most of the work.
@@ -460,6 +540,9 @@ class CpsatPacking:
         (four runs), one after the other 11.4-12.6 s (three).
         """
         if check_together(together) == "auto":
+            if (at_start is not None and self.data.num_rows <= 2 and len(todo) >= 3
+                    and self.coarse_stack(todo, at_start[0], at_start)):
+                return [list(todo)]
             leading = self.solve_groups(todo, "leading") if self.data.num_rows <= 2 else []
             return leading if len(leading) > 1 else self.solve_groups(todo, "later")
         groups, pos = [], 0
@@ -545,6 +628,7 @@ class CpsatPacking:
         """
         m = self.model
         outcomes, layout, extra = [], None, {}
+        self.steps = [1] * len(self.levels)
         self.hint(start, extra_hint(None) if extra_hint else None)
         todo = [k for k in range(len(self.levels)) if self.level_keys[k] not in self.level_keys[:k]]
 
@@ -591,11 +675,35 @@ class CpsatPacking:
             return solver, status, names
 
         def group_expr(ks):
-            weights = self.stacked(ks) if len(ks) > 1 else [1]
-            expr = self.levels[ks[0]][0] if len(ks) == 1 else sum(w * self.levels[k][0] for w, k in zip(weights, ks))
-            return expr, weights
+            if len(ks) == 1:
+                return self.levels[ks[0]][0], [1]
+            weights = self.stacked(ks)
+            if weights is not None:
+                return sum(w * self.levels[k][0] for w, k in zip(weights, ks)), weights
+            # under the cutoff: the later levels in steps (coarse_stack), ceil(L_k / q_k)
+            weights, steps, caps = self.coarse_stack(ks, at_start[0], at_start)
+            terms = []
+            for w, k, q, cap in zip(weights, ks, steps, caps):
+                if q > 1:
+                    coarse = m.new_int_var(0, cap, f"level{k + 1}_in_steps_of_{q}")
+                    m.add(q * coarse >= self.levels[k][0])
+                    self.steps[k] = q
+                    terms.append(w * coarse)
+                else:
+                    terms.append(w * self.levels[k][0])
+            return sum(terms), weights
 
-        groups = self.solve_groups(todo, together)
+        # the start's first level (integer units) caps every entry of J at the optimum, so
+        # all levels of a two-row proof fit one solve (coarse_stack); only where the
+        # defaults prove (not the row search's solves that improve a pair)
+        at_start = None
+        if (start is not None and subsolvers == PROOF and improve is not True and self.data.num_rows <= 2
+                and len(todo) >= 3 and check_together(together) == "auto"):
+            values = [self.hinted_value(k, min(5.0, 0.02 * budget.left())) for k in range(len(self.levels))]
+            if None not in values:
+                at_start = values
+                m.add(self.levels[0][0] <= values[0])  # the lexicographic optimum is no worse
+        groups = self.solve_groups(todo, together, at_start)
         for g, ks in enumerate(groups):
             expr, weights = group_expr(ks)
             # a first solve of several levels leaves a search of the last ones with those
@@ -628,6 +736,9 @@ class CpsatPacking:
                 stats["interrupted"] = True  # Ctrl-C: no later level runs
             if len(ks) > 1:
                 stats["solved_together"] = [k + 1 for k in ks]  # level numbers, 1-based
+                if any(self.steps[k] > 1 for k in ks):
+                    # levels minimised in steps of q integer units (coarse_stack)
+                    stats["steps"] = {k + 1: self.steps[k] for k in ks if self.steps[k] > 1}
             if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 st = "infeasible" if status == cp_model.INFEASIBLE else "no_solution"
                 outcomes.append(LevelOutcome(st, None, None, secs, stats))
@@ -663,5 +774,6 @@ class CpsatPacking:
                 break
             full.append(o if k in todo else LevelOutcome(o.status, o.value, o.bound, 0.0,
                                                         {"implied": True, "same_as_level": self.level_keys.index(self.level_keys[k])}))
-        rounding = [err for _, _, err, _ in self.levels]
+        # a level minimised in steps of q units is within q - 1 units of its minimum
+        rounding = [err + (q - 1) / unit for (_, unit, err, _), q in zip(self.levels, self.steps)]
         return SolveOutcome(layout, full, rounding, extra)
