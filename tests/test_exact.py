@@ -1088,6 +1088,24 @@ def test_polish_improves_the_start_of_two_rows_and_keeps_the_optimum():
         solve_packing(inst, place, 2, objective="sync", time_limit=5, polish="nope")
 
 
+def test_ctrl_c_while_the_start_is_scored_returns_the_start(monkeypatch):
+    """A Ctrl-C while CP-SAT scores the start's levels (the cutoff of the one-solve proof of
+    three levels, :meth:`CpsatPacking.hinted_value`) ends the solve: no level runs, and the
+    plan is the start, reported as interrupted."""
+    from rp_opt.packing.exact.cpsat_model import CpsatPacking
+
+    def interrupted(self, k, seconds=5.0):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(CpsatPacking, "hinted_value", interrupted)
+    inst = make_window(7, D=2, G=2, C=80, seed=1)
+    place = Placement.identity(2, 4, 2)
+    res = solve_packing(inst, place, 2, objective="sync", time_limit=30, polish=False)
+    checked(inst, res, num_rows=2)
+    assert res.stats["interrupted"] is True and res.status == "feasible"
+    assert res.stats["levels"] == [] and list(res.score) == res.stats["start_score"]
+
+
 def test_ctrl_c_during_the_polish_keeps_its_layout(ctrl_c):
     """A Ctrl-C while CP-SAT's portfolio polishes the start of a two-row ``sync`` window
     (from the greedy start: the polish takes about 7 s of the 60) stops it at once; the

@@ -33,8 +33,10 @@ samples heaviest first (:func:`.common.heaviest_first`), so the chains fix where
 longest samples sit; plans come back in the caller's numbering. CP-SAT
 searches longest sample first, each sample's block before its cell, with the workers
 :func:`.cpsat_model.proof_subsolvers` picks for each solve of the sequence (with two rows,
-levels 1 and 2 are one solve and level 3 the next; else level 1, then the later levels as
-one: :meth:`.cpsat_model.CpsatPacking.solve_groups`); when level 1
+all levels in one solve under the start's level 1, the later ones in steps of about 1e-5
+of their value that the rounding margin counts, :meth:`.cpsat_model.CpsatPacking.coarse_stack`,
+or else levels 1 and 2 as one solve and level 3 the next; with more rows level 1, then the
+later levels as one: :meth:`.cpsat_model.CpsatPacking.solve_groups`); when level 1
 ends unproven, a partial LP relaxation bounds it (:func:`.pyomo_model.relaxation_bound`:
 the costliest samples binary, the rest continuous). Before the heaviest-first numbering it gave most reported bounds; now
 CP-SAT's own is close or above (N = 24, G = 2, sync: 13977.6 against 13981.6; N = 64,
@@ -111,9 +113,14 @@ POOLED_SHARE = 0.4
 # (0.28 % short otherwise); seed 2 2 of 2 / 5 of 5; seed 0 levels 1-2 proven 2 of 2, level
 # 3 not / 2 of 5 wholly proven. N = 32, G = 2 sync: seeds 0, 4, 1 proven in 50.7, 42.0,
 # 27.3 s / 37.6, 39.2, 23.8 s. Polish on its own from 3.6-s heuristic starts of seed 1:
-# the optimum in 3 of 4 runs at 6.8 s, 4 of 4 at 12 s.
+# the optimum in 3 of 4 runs at 6.8 s, 4 of 4 at 12 s. Since the three levels of these
+# windows are one solve (CpsatPacking.coarse_stack; twenty-fifth session) the proof also
+# finds the optimum from a start short of it (N = 24 seed 1: from 11329.1 in 55.3 s), and
+# the polish is 6 s again. 60 s, PS = 12 / 6 s (14:15-14:30 UTC 12-03): N = 24, G = 2
+# seeds 0-2 proven in 47.6, 45.0, 42.5 / 57.6, 38.6, 33.2 s; N = 32, G = 2 seeds 0, 1,
+# 3, 4 in 51.9, 27.4, 24.0, 47.1 / 40.6, 23.5, 22.3, 36.0 s.
 POLISH_SHARE = 0.2
-POLISH_SECONDS = 12.0
+POLISH_SECONDS = 6.0
 
 log = logging.getLogger("rp_opt")
 

@@ -510,14 +510,15 @@ class CpsatPacking:
 
     def hinted_value(self, k: int, seconds: float = 5.0) -> int | None:
         """Level ``k``'s integer value at the hinted layout (CP-SAT with every hinted
-        variable fixed), or None when that solve does not finish (or is interrupted)."""
+        variable fixed), or None when that solve does not finish. A Ctrl-C raises
+        KeyboardInterrupt."""
         solver = cp_model.CpSolver()
         solver.parameters.fix_variables_to_their_hinted_value = True
         solver.parameters.num_workers = 1
         solver.parameters.max_time_in_seconds = seconds
         self.model.minimize(self.levels[k][0])
-        status = cpsat_solve(solver, self.model, on_interrupt="return")
-        return round(solver.objective_value) if status == cp_model.OPTIMAL and not interrupted(solver) else None
+        status = cpsat_solve(solver, self.model)
+        return round(solver.objective_value) if status == cp_model.OPTIMAL else None
 
     def solve_groups(self, todo: list, together: str = TOGETHER, at_start: list | None = None) -> list[list]:
         """The levels ``todo`` (indices into :attr:`levels`) split into the solves that run
@@ -602,7 +603,10 @@ class CpsatPacking:
         later levels can take (:meth:`stacked`) is their lexicographic minimum, proven in one
         search instead of one per level (N = 20, G = 2, sync window of
         scripts/bench_exact.py, level 1 held: 16.7 s for levels 2 and 3 together, 25.2 +
-        23.3 s one after the other).
+        23.3 s one after the other). With a ``start``, the default workers and two rows,
+        the start's level values are scored first (:meth:`hinted_value`), level 1 is held at
+        most at the start's, and all levels may run as one solve (:meth:`coarse_stack`; the
+        stats of that solve carry ``steps``, and the outcome's rounding counts them).
 
         ``subsolvers``: CP-SAT's full-problem workers by name (default :data:`PROOF`:
         :func:`proof_subsolvers`, per solve; None: CP-SAT's own
@@ -699,7 +703,10 @@ class CpsatPacking:
         at_start = None
         if (start is not None and subsolvers == PROOF and improve is not True and self.data.num_rows <= 2
                 and len(todo) >= 3 and check_together(together) == "auto"):
-            values = [self.hinted_value(k, min(5.0, 0.02 * budget.left())) for k in range(len(self.levels))]
+            try:
+                values = [self.hinted_value(k, min(5.0, 0.02 * budget.left())) for k in range(len(self.levels))]
+            except KeyboardInterrupt:
+                return self._outcome(todo, [], None, {"interrupted": True})  # the start is the answer
             if None not in values:
                 at_start = values
                 m.add(self.levels[0][0] <= values[0])  # the lexicographic optimum is no worse
