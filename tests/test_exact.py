@@ -209,6 +209,19 @@ def test_coarse_stack_needs_level_1_to_cap_what_later_levels_weigh():
     assert caps == [[1000.0], [1000.0], [1000.0]]
 
 
+@pytest.mark.parametrize("objective", ["attention", "expert"])
+def test_one_search_for_objectives_of_one_part(objective):
+    """Objectives that weigh attention alone or experts alone also cap every entry they
+    weigh by their level 1: the three levels run as one search and reach the brute-force
+    optimum (N = 6, two rows, G = 2)."""
+    inst = make_window(6, D=2, G=2, seed=2)
+    place = Placement.identity(2, 4, 2)
+    res = solve_packing(inst, place, 2, objective=objective, time_limit=30)
+    checked(inst, res, num_rows=2)
+    assert res.status == "optimal" and res.stats["levels"][0]["solved_together"] == [1, 2, 3]
+    assert_lex_close(res.score, brute_force(inst, place, 2, objective))
+
+
 def test_three_levels_in_one_solve_match_one_per_level():
     """With a start, a two-row G = 2 window solves its three levels as one (in steps under
     the start's level 1) and reaches the optimum that one solve per level reaches, within
