@@ -240,9 +240,12 @@ def test_three_levels_in_one_solve_match_one_per_level():
     assert out.levels[0].stats["solved_together"] == [1, 2, 3]
     assert [o.status for o in out.levels] == ["optimal"] * 3
     by_level = _two_row_builder("sync").solve(Budget(60.0), start=layout, together="none")
+    steps = out.levels[0].stats.get("steps", {})
     for k in range(3):
-        step = one.steps[k] / one.levels[k][1]
+        step = steps.get(k + 1, 1) / one.levels[k][1]
         assert abs(out.levels[k].value - by_level.levels[k].value) <= step + 1e-9
+        # the rounding margin counts the step: q - 1 units more than the level's own
+        assert out.rounding[k] == pytest.approx(one.levels[k][2] + step - 1 / one.levels[k][1])
     assert_lex_close(score(inst, place, out.layout, "sync"), expected, rel=1e-3)
 
 

@@ -155,6 +155,17 @@ def _lcm(values) -> int:
     return out
 
 
+def lexicographic_weights(uppers: list) -> list | None:
+    """w_last = 1 and w_j = w_{j+1} (U_{j+1} + 1) for levels bounded by ``uppers`` U_j, so
+    that one unit more of level j costs more than the later levels can save; None when
+    sum_j w_j U_j reaches 2^53 (the LP's doubles would then no longer tell one unit from
+    the next)."""
+    weights = [1]
+    for upper in reversed(uppers[1:]):
+        weights.insert(0, weights[0] * (upper + 1))
+    return weights if sum(w * u for w, u in zip(weights, uppers)) < 2 ** 53 else None
+
+
 def _wsum(vs, coefs):
     return cp_model.LinearExpr.weighted_sum(list(vs), [int(c) for c in coefs])
 
@@ -326,9 +337,6 @@ class CpsatPacking:
         self.level_keys = [level_key(level, R + len(self.context_A), G) for level in objective.levels]
         self.level_shapes: list = []
         self.levels = [self._level(level) for level in objective.levels]
-        # per level, how much coarser than its integer unit a stacked solve minimised it
-        # (:meth:`coarse_stack`; 1: exactly)
-        self.steps = [1] * len(self.levels)
 
     def _search_order(self, branch: str):
         """The decision strategy: the longest sample first (first fit decreasing, the order
@@ -440,13 +448,7 @@ class CpsatPacking:
         add at most w_j - 1 at that optimum, so one unit more of level j costs more than
         anything they can save.
         """
-        uppers = [self.levels[k][3] for k in levels]
-        weights = [1]
-        for upper in reversed(uppers[1:]):
-            weights.insert(0, weights[0] * (upper + 1))
-        if sum(w * u for w, u in zip(weights, uppers)) >= 2 ** 53:
-            return None
-        return weights
+        return lexicographic_weights([self.levels[k][3] for k in levels])
 
     def entry_caps(self, cutoff: int) -> list | None:
         """For every level, a cap on each entry qa A_int + qx X_int of each of its aggregates
@@ -501,10 +503,8 @@ class CpsatPacking:
         for share in self.STEP_SHARES:
             steps = [1] + [max(1, math.floor(share * at_start[k])) for k in levels[1:]]
             coarse = [uppers[0]] + [-(-u // q) for u, q in zip(uppers[1:], steps[1:])]
-            weights = [1]
-            for upper in reversed(coarse[1:]):
-                weights.insert(0, weights[0] * (upper + 1))
-            if sum(w * u for w, u in zip(weights, coarse)) < 2 ** 53:
+            weights = lexicographic_weights(coarse)
+            if weights is not None:
                 return weights, steps, coarse
         return None
 
@@ -632,7 +632,9 @@ class CpsatPacking:
         """
         m = self.model
         outcomes, layout, extra = [], None, {}
-        self.steps = [1] * len(self.levels)
+        # per level, how much coarser than its integer unit a stacked solve minimised it
+        # (coarse_stack; 1: exactly)
+        steps = [1] * len(self.levels)
         self.hint(start, extra_hint(None) if extra_hint else None)
         todo = [k for k in range(len(self.levels)) if self.level_keys[k] not in self.level_keys[:k]]
 
@@ -685,13 +687,13 @@ class CpsatPacking:
             if weights is not None:
                 return sum(w * self.levels[k][0] for w, k in zip(weights, ks)), weights
             # under the cutoff: the later levels in steps (coarse_stack), ceil(L_k / q_k)
-            weights, steps, caps = self.coarse_stack(ks, at_start[0], at_start)
+            weights, qs, caps = self.coarse_stack(ks, at_start[0], at_start)
             terms = []
-            for w, k, q, cap in zip(weights, ks, steps, caps):
+            for w, k, q, cap in zip(weights, ks, qs, caps):
                 if q > 1:
                     coarse = m.new_int_var(0, cap, f"level{k + 1}_in_steps_of_{q}")
                     m.add(q * coarse >= self.levels[k][0])
-                    self.steps[k] = q
+                    steps[k] = q
                     terms.append(w * coarse)
                 else:
                     terms.append(w * self.levels[k][0])
@@ -706,7 +708,7 @@ class CpsatPacking:
             try:
                 values = [self.hinted_value(k, min(5.0, 0.02 * budget.left())) for k in range(len(self.levels))]
             except KeyboardInterrupt:
-                return self._outcome(todo, [], None, {"interrupted": True})  # the start is the answer
+                return self._outcome(todo, [], None, {"interrupted": True}, steps)  # the start is the answer
             if None not in values:
                 at_start = values
                 m.add(self.levels[0][0] <= values[0])  # the lexicographic optimum is no worse
@@ -743,9 +745,9 @@ class CpsatPacking:
                 stats["interrupted"] = True  # Ctrl-C: no later level runs
             if len(ks) > 1:
                 stats["solved_together"] = [k + 1 for k in ks]  # level numbers, 1-based
-                if any(self.steps[k] > 1 for k in ks):
+                if any(steps[k] > 1 for k in ks):
                     # levels minimised in steps of q integer units (coarse_stack)
-                    stats["steps"] = {k + 1: self.steps[k] for k in ks if self.steps[k] > 1}
+                    stats["steps"] = {k + 1: steps[k] for k in ks if steps[k] > 1}
             if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 st = "infeasible" if status == cp_model.INFEASIBLE else "no_solution"
                 outcomes.append(LevelOutcome(st, None, None, secs, stats))
@@ -766,9 +768,9 @@ class CpsatPacking:
             self._hint_from(solver, extra_hint)
             if stop:
                 break
-        return self._outcome(todo, outcomes, layout, extra)
+        return self._outcome(todo, outcomes, layout, extra, steps)
 
-    def _outcome(self, todo, outcomes, layout, extra) -> SolveOutcome:
+    def _outcome(self, todo, outcomes, layout, extra, steps) -> SolveOutcome:
         """The solves' outcomes per level; levels that repeat an earlier one get its outcome
         (already held at its value)."""
         full = []
@@ -782,5 +784,5 @@ class CpsatPacking:
             full.append(o if k in todo else LevelOutcome(o.status, o.value, o.bound, 0.0,
                                                         {"implied": True, "same_as_level": self.level_keys.index(self.level_keys[k])}))
         # a level minimised in steps of q units is within q - 1 units of its minimum
-        rounding = [err + (q - 1) / unit for (_, unit, err, _), q in zip(self.levels, self.steps)]
+        rounding = [err + (q - 1) / unit for (_, unit, err, _), q in zip(self.levels, steps)]
         return SolveOutcome(layout, full, rounding, extra)
