@@ -25,10 +25,16 @@ def solve(solver, model, callback=None, *, on_interrupt: str = "raise") -> int:
     """
     solver.parameters.catch_sigint_signal = False
     status, stopped = call_stoppable(lambda: solver.solve(model, callback), solver.stop_search)
-    setattr(solver, _FLAG, stopped)
+    mark_interrupted(solver, stopped)
     if stopped and on_interrupt == "raise":
         raise KeyboardInterrupt("CP-SAT search interrupted (Ctrl-C)")
     return status
+
+
+def mark_interrupted(solver, stopped: bool) -> None:
+    """Record for :func:`interrupted` whether Ctrl-C stopped ``solver`` (also an object that
+    stands for a solver, e.g. a search split over processes)."""
+    setattr(solver, _FLAG, bool(stopped))
 
 
 def interrupted(solver) -> bool:

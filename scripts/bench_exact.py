@@ -47,7 +47,7 @@ def window(n, g, seed, layers=8, experts=16, capacity=16384):
 
 
 def run_packing(spec: str, time_limit: float, seed: int, workers: int | None, subsolvers, row_search: bool = True,
-                together: str = TOGETHER, pooled_bound: bool = True, polish: bool = True):
+                together: str = TOGETHER, pooled_bound: bool = True, polish: bool = True, cubes: bool = False):
     n, g, objective, backend, sym = spec.split(":")
     inst = window(int(n), int(g), seed)
     rows = default_num_rows(inst)
@@ -56,7 +56,7 @@ def run_packing(spec: str, time_limit: float, seed: int, workers: int | None, su
     res = solve_packing(inst, place, rows, objective=objective, backend=backend, symmetry=bool(int(sym)),
                         time_limit=time_limit, seed=seed, workers=workers, subsolvers=subsolvers,
                         row_search=row_search, together=together, pooled_bound=pooled_bound,
-                        polish=polish)
+                        polish=polish, cubes=cubes)
     secs = time.perf_counter() - t0
     rep = check(inst, res.plan, num_rows=rows)
     gap = res.gap
@@ -188,6 +188,9 @@ def main():
     ap.add_argument("--no-polish", action="store_true",
                     help="two-row windows: without CP-SAT's portfolio improving the start before the proof "
                          "(rp_opt.packing.exact.cpsat_model.CpsatPacking.polish)")
+    ap.add_argument("--cubes", action="store_true",
+                    help="two-row windows: the proof split into cubes searched by processes side by side "
+                         "(rp_opt._cubes; the solve_packing switch cubes)")
     ap.add_argument("--together", choices=TOGETHER_MODES, default=TOGETHER,
                     help="which levels one CP-SAT solve minimises together "
                          "(rp_opt.packing.exact.cpsat_model.CpsatPacking.solve_groups)")
@@ -206,7 +209,7 @@ def main():
         subsolvers = PROOF if args.subsolvers is None else ",".join(args.subsolvers)
         for spec in args.runs:
             run_packing(spec, args.time_limit, args.seed, args.workers, subsolvers, not args.no_row_search,
-                        args.together, not args.no_pooled_bound, not args.no_polish)
+                        args.together, not args.no_pooled_bound, not args.no_polish, args.cubes)
     if args.joint:
         run_joint(args.joint, args.time_limit, args.expert_ratio, args.objective, args.joint_experts,
                   args.joint_ranks, args.joint_layers)

@@ -222,6 +222,34 @@ def test_one_search_for_objectives_of_one_part(objective):
     assert_lex_close(res.score, brute_force(inst, place, 2, objective))
 
 
+@pytest.mark.parametrize("objective", ["shard", "sync"])
+def test_cubes_prove_the_brute_force_optimum(objective, monkeypatch):
+    """``cubes=True``: the one-search proof of a two-row window runs as cubes in processes
+    (split before any search here, so that this small window goes through them) and ends
+    at the brute-force optimum, proven; the level stats say how the cubes went."""
+    from rp_opt import _cubes
+
+    monkeypatch.setattr(_cubes, "SLICE_SECONDS", 0.0)
+    inst = make_window(7, D=2, G=2, C=80, seed=1)
+    place = Placement.identity(2, 4, 2)
+    res = solve_packing(inst, place, 2, objective=objective, time_limit=60, cubes=True)
+    checked(inst, res, num_rows=2)
+    assert res.status == "optimal"
+    level = res.stats["levels"][0]
+    assert level["solved_together"] == [1, 2, 3] and level["subsolvers"] == ["fixed", "fixed"]
+    assert level["cubes"]["cubes"] > 1 and level["cubes"]["processes"] == 2
+    assert_lex_close(res.score, brute_force(inst, place, 2, objective), rel=1e-3)
+
+
+def test_cubes_is_a_switch():
+    """``cubes`` is read like the other switches (text from ``--option``); off unless asked."""
+    from rp_opt.packing.exact import check_options
+
+    assert check_options({"cubes": "yes"})["cubes"] is True
+    with pytest.raises(InputError, match="cubes"):
+        check_options({"cubes": "sometimes"})
+
+
 def test_three_levels_in_one_solve_match_one_per_level():
     """With a start, a two-row G = 2 window solves its three levels as one (in steps under
     the start's level 1) and reaches the optimum that one solve per level reaches, within

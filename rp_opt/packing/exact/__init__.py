@@ -190,7 +190,7 @@ def _heuristic_layout(instance, placement, num_rows, obj, data, time_limit, seed
 
 
 _SWITCHES = ("symmetry", "tighten", "mip_start", "heuristic_start", "relax_bound", "row_search", "pooled_bound",
-             "polish")
+             "polish", "cubes")
 
 
 def check_args(**args) -> dict:
@@ -249,7 +249,8 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
                   workers: int | None = None, subsolvers: tuple[str, ...] | str | None = PROOF,
                   mip_start: bool = False, heuristic_start: bool = True,
                   relax_bound: bool = True, row_search: bool = True, pooled_bound: bool = True,
-                  polish: bool = True, together: str = TOGETHER, solver_name: str = "exact") -> Result:
+                  polish: bool = True, together: str = TOGETHER, cubes: bool = False,
+                  solver_name: str = "exact") -> Result:
     """Optimal layout of ``instance`` for a fixed ``placement`` and ``num_rows`` rows.
 
     Parameters
@@ -312,6 +313,13 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     together
         CP-SAT: which levels one solve minimises together (``auto``, ``leading``, ``later``,
         ``none``; :meth:`.cpsat_model.CpsatPacking.solve_groups`).
+    cubes
+        CP-SAT, two rows, the default workers: the one-search proof splits its tree into
+        cubes searched by processes side by side (:mod:`rp_opt._cubes`; stats
+        ``levels[0].cubes``). Off by default: it proves a plan that is already optimal in
+        about half the time, but from a start the search must still improve it ends
+        further from the proof (measured in :meth:`.cpsat_model.CpsatPacking.solve`). For
+        certifying a given plan (``start``), e.g. one a longer run found.
     mip_start
         HiGHS only: pass ``start`` as a MIP start (HiGHS then runs without presolve, see
         :mod:`.pyomo_model` for the HiGHS 1.16 bug this avoids); CP-SAT always gets hints.
@@ -332,7 +340,7 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     num_rows = integer("num_rows", num_rows, 1)
     args = check_args(seed=seed, workers=workers, symmetry=symmetry, tighten=tighten, mip_start=mip_start,
                       heuristic_start=heuristic_start, relax_bound=relax_bound, row_search=row_search,
-                      pooled_bound=pooled_bound, polish=polish, together=together)
+                      pooled_bound=pooled_bound, polish=polish, together=together, cubes=cubes)
     seed = args.pop("seed")
     # the build estimate needs the model's size only: no rank demand (the model computes it,
     # in its own numbering)
@@ -448,7 +456,7 @@ def _better_start(instance, placement, obj, mode, start, start_score, better, st
 
 def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj, time_limit, seed, start, backend,
                    subsolvers, solver_name, t0, build, *, workers, symmetry, tighten, mip_start,
-                   heuristic_start, relax_bound, row_search, pooled_bound, polish, together) -> Result:
+                   heuristic_start, relax_bound, row_search, pooled_bound, polish, together, cubes=False) -> Result:
     """:func:`solve_packing` on checked arguments, in the numbering of ``instance``
     (``build``: the model's build estimate, seconds)."""
     window, coefficients = instance.window, _coefficients(instance)
@@ -607,7 +615,7 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
             # model's own LNS improves the start
             improve = None if num_rows <= 2 else not bound_first
             out = builder.solve(budget, seed=seed, workers=workers, subsolvers=subsolvers, start=start,
-                                extra_bound=relaxation, together=together, improve=improve)
+                                extra_bound=relaxation, together=together, improve=improve, cubes=cubes)
     else:
         import_pyomo()
         from .pyomo_model import PyomoPacking
