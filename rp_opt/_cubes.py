@@ -9,8 +9,8 @@ decisions of the search order (here: the blocks of the longest samples), and eac
 runs the fixed search on a cube of its own, on one core.
 
 How: the whole model is first searched in this process for ``slice_seconds`` (none when it
-is 0); most small windows end there, and nothing else starts. Otherwise cubes are solved in a pool of
-``processes`` processes: a cube is searched for ``slice_seconds`` while fewer than
+is 0); most small windows end there, and nothing else starts. Otherwise ``processes``
+processes search cubes: a cube is searched for ``slice_seconds`` while fewer than
 ``target`` cubes are open (queued or running), and one that does not end is split on the
 next decision group (one child per literal of the group: one of them is true in every
 solution, so the children cover the cube); after that every cube gets the time left.
@@ -28,6 +28,7 @@ one returned may differ between runs (as with CP-SAT's own parallel workers).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pickle
 import queue as queue_mod
@@ -98,9 +99,11 @@ def _solve_cube(text: str, fixed: list, limit: float, seed: int, cutoff: int | N
     for index in fixed:
         model.add(model.get_bool_var_from_proto_index(index) == 1)
     if cutoff is not None:
+        # objective value = scaling (sum_v c_v v + offset) <= cutoff
         objective = model.proto.objective
-        model.add(sum(int(c) * model.get_int_var_from_proto_index(v)
-                      for v, c in zip(objective.vars, objective.coeffs)) <= int(cutoff))
+        scaling = objective.scaling_factor or 1.0
+        model.add(sum(int(c) * model.get_int_var_from_proto_index(v) for v, c in zip(objective.vars, objective.coeffs))
+                  <= math.floor(cutoff / scaling - objective.offset + 1e-9))
     out = _search(model, limit, seed, want)
     out["seconds"] = time.perf_counter() - t0
     return out
@@ -136,13 +139,17 @@ def solve_cubes(model: cp_model.CpModel, groups: list, want: list, *, processes:
         first = {"status": "UNKNOWN", "value": None, "bound": float("-inf"), "branches": 0, "values": None,
                  "interrupted": False}
     stats["branches"] += first["branches"]
-    left = deadline - time.perf_counter()
-    if first["status"] in _DONE or first["interrupted"] or left <= 0.05 or not groups:
-        status = getattr(cp_model, first["status"])
+
+    def first_only():
+        """The first search as the answer."""
         if first["interrupted"]:
             stats["interrupted"] = True
         stats["seconds"] = time.perf_counter() - t0
-        return CubeSearch(status, first["value"], first["bound"], first["values"], stats)
+        return CubeSearch(getattr(cp_model, first["status"]), first["value"], first["bound"], first["values"], stats)
+
+    left = deadline - time.perf_counter()
+    if first["status"] in _DONE or first["interrupted"] or left <= 0.05 or not groups:
+        return first_only()
     stats["sliced_seconds"] += time.perf_counter() - t0
 
     text = str(model.proto)
@@ -153,16 +160,19 @@ def solve_cubes(model: cp_model.CpModel, groups: list, want: list, *, processes:
     results: queue_mod.Queue = queue_mod.Queue()
     pending = []  # decision paths (tuples of chosen literal indices), split order
     running = set()
-    workers = _Workers(processes, results)
+    try:
+        workers = _Workers(processes, results)
+    except OSError as exc:  # no processes: the first search is the answer
+        log.warning("cube search: no worker process started (%s); the first search's result stands", exc)
+        return first_only()
+
     def split(path, bound):
-        if len(path) >= len(groups):
-            return False
+        """Queue the children of the cube at ``path`` (one per literal of its next group)."""
         stats["split"] += 1
         for lit in groups[len(path)]:
             child = path + (lit,)
             pending.append(child)
             open_bounds[child] = bound
-        return True
 
     def take(path, sliced, r):
         """Account for the answer ``r`` of the cube at ``path``."""
@@ -184,6 +194,14 @@ def solve_cubes(model: cp_model.CpModel, groups: list, want: list, *, processes:
         else:
             open_bounds[path] = max(open_bounds[path], r["bound"])
 
+    def take_next():
+        """Account for the next answer, if one comes within 0.1 s."""
+        try:
+            (path, sliced), r = results.get(timeout=0.1)
+        except queue_mod.Empty:
+            return
+        take(path, sliced, r)
+
     split((), first["bound"])
     try:
         while pending or running:
@@ -199,11 +217,7 @@ def solve_cubes(model: cp_model.CpModel, groups: list, want: list, *, processes:
                 stats["cubes"] += 1
             if not running:
                 break  # the deadline passed (or every process ended) with cubes queued: they stay open
-            try:
-                (path, sliced), r = results.get(timeout=0.1)
-            except queue_mod.Empty:
-                continue
-            take(path, sliced, r)
+            take_next()
     except KeyboardInterrupt:
         # Ctrl-C: every process stops its search and answers with what it found
         stats["interrupted"] = True
@@ -211,11 +225,7 @@ def solve_cubes(model: cp_model.CpModel, groups: list, want: list, *, processes:
         end = time.perf_counter() + GRACE_SECONDS
         try:
             while running and time.perf_counter() < end:
-                try:
-                    (path, sliced), r = results.get(timeout=0.1)
-                except queue_mod.Empty:
-                    continue
-                take(path, sliced, r)
+                take_next()
         except KeyboardInterrupt:
             pass  # a second Ctrl-C: what came back is the answer
     finally:
