@@ -50,6 +50,9 @@ SLICE_SECONDS = 0.5
 # open cubes (queued or running) below which a cube that does not end in its slice is split
 TARGET_CUBES = 6
 
+# how a worker process starts (:func:`_serve` answers on its stdin and stdout)
+WORKER_COMMAND = [sys.executable, "-m", "rp_opt._cubes"]
+
 # seconds the processes get, after a Ctrl-C, to answer with what they found
 GRACE_SECONDS = 5.0
 
@@ -165,6 +168,9 @@ def solve_cubes(model: cp_model.CpModel, groups: list, want: list, *, processes:
     except OSError as exc:  # no processes: the first search is the answer
         log.warning("cube search: no worker process started (%s); the first search's result stands", exc)
         return first_only()
+    except KeyboardInterrupt:  # the processes started so far end when their stdin closes
+        first["interrupted"] = True
+        return first_only()
 
     def split(path, bound):
         """Queue the children of the cube at ``path`` (one per literal of its next group)."""
@@ -252,7 +258,7 @@ class _Workers:
     def __init__(self, count: int, results: queue_mod.Queue):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self.results = results
-        self.procs = [subprocess.Popen([sys.executable, "-m", "rp_opt._cubes"], stdin=subprocess.PIPE,
+        self.procs = [subprocess.Popen(WORKER_COMMAND, stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                        start_new_session=True) for _ in range(count)]
         self.free = list(range(count))

@@ -113,6 +113,18 @@ def test_ctrl_c_returns_the_best_so_far(split_at_once, ctrl_c):
     assert search.status == cp_model.FEASIBLE and search.bound <= search.value
 
 
+def test_processes_that_end_without_answering_leave_their_cubes_open(split_at_once, monkeypatch):
+    """Worker processes that exit at once (here: a command that does nothing else): no hang
+    and no error; the cubes they took stay open, so the search is not proven."""
+    monkeypatch.setattr(_cubes, "WORKER_COMMAND", [sys.executable, "-c", "pass"])
+    model, x, top = _bins_model([31, 29, 23, 19, 17, 13, 11, 7, 5, 3, 2], 3)
+    t0 = time.perf_counter()
+    search = solve_cubes(model, _groups(x), [top.index], processes=2, time_limit=30)
+    assert time.perf_counter() - t0 < 10
+    assert search.status == cp_model.UNKNOWN and search.value is None
+    assert search.stats["lost"] >= 1
+
+
 def test_a_script_without_a_main_guard():
     """The processes do not import the caller's main module again (multiprocessing's
     spawn would): a script with its work at top level runs once and gets its answer."""
