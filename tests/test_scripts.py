@@ -74,6 +74,14 @@ def test_bench_exact_runs_and_joint():
     assert len(re.findall(r"G=[12]: joint beats LPT-then-exact on \d+/\d+ windows", out)) == 2
 
 
+def test_bench_exact_cubes():
+    """``--cubes`` reaches the solver: a tiny two-shard window is proven optimal with a valid
+    plan (small enough to end before any cube is split)."""
+    out = run_script("bench_exact", "--runs", "8:2:shard:cpsat:1", "--time-limit", "10", "--cubes")
+    rows = [line for line in out.splitlines() if line.startswith("|   8 |")]
+    assert len(rows) == 1 and "| optimal " in rows[0] and rows[0].rstrip().endswith("| True |")
+
+
 def test_bench_planner_two_steps():
     """Step 0 cold, step 1 warm-started from the previous layout."""
     out = run_script("bench_planner", "--sizes", "128", "--limits", "0.5")
