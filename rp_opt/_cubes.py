@@ -79,6 +79,8 @@ class CubeSearch:
 
 
 def _search(model: cp_model.CpModel, limit: float, seed: int, want: list) -> dict:
+    """The model's own search order (``fixed``) on one thread for ``limit`` seconds; a
+    Ctrl-C stops it and its answer comes back marked."""
     solver = cp_model.CpSolver()
     p = solver.parameters
     p.num_workers = 1
