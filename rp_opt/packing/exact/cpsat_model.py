@@ -699,7 +699,7 @@ class CpsatPacking:
         must still improve, since a cube learns only the incumbent it starts with
         (scripts/bench_exact.py's N = 32, G = 2 windows, 2 cores, 12-03: from the optimum,
         ``shard`` seeds 1, 3, 4 proven in 34.7, 121.1, 44.5 s as cubes, about 110, 138 and
-        73.8 s without, ``sync`` seed 0 in 18.9 against 38.6 s; whole 60-s solves from the
+        73.8 s without, ``sync`` seed 0 in 15.5 against 38.6 s; whole 60-s solves from the
         heuristic start, ``shard`` seed 0 0.05 % short as cubes where it is proven in
         about 43 s without, seeds 1 and 4 0.06 % and 0.08 % short, 0.008 % and 0.03 %
         without).
