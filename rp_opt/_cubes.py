@@ -137,7 +137,8 @@ def solve_cubes(model: cp_model.CpModel, groups: list, want: list, *, processes:
     slice_seconds = SLICE_SECONDS if slice_seconds is None else slice_seconds
     target = TARGET_CUBES if target is None else target
     deadline = t0 + float(time_limit)
-    stats = {"processes": int(processes), "cubes": 1, "split": 0, "sliced_seconds": 0.0, "branches": 0}
+    stats = {"processes": int(processes), "cubes": int(slice_seconds > 0), "split": 0, "sliced_seconds": 0.0,
+             "branches": 0}
     if slice_seconds > 0:
         first = _search(model, min(slice_seconds, time_limit), seed, want)
     else:  # split before any search (the tests run small models through the processes so)

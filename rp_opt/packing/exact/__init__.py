@@ -456,7 +456,7 @@ def _better_start(instance, placement, obj, mode, start, start_score, better, st
 
 def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj, time_limit, seed, start, backend,
                    subsolvers, solver_name, t0, build, *, workers, symmetry, tighten, mip_start,
-                   heuristic_start, relax_bound, row_search, pooled_bound, polish, together, cubes=False) -> Result:
+                   heuristic_start, relax_bound, row_search, pooled_bound, polish, together, cubes) -> Result:
     """:func:`solve_packing` on checked arguments, in the numbering of ``instance``
     (``build``: the model's build estimate, seconds)."""
     window, coefficients = instance.window, _coefficients(instance)

@@ -190,7 +190,7 @@ class _Conquered:
 
     @staticmethod
     def status_name(status) -> str:
-        return cp_model.CpSolver().status_name(status)
+        return cp_model.CpSolverStatus(status).name
 
     def value(self, expr):
         return self.fixed.value(expr)
@@ -541,13 +541,20 @@ class CpsatPacking:
         """Level ``k``'s integer value at the hinted layout (CP-SAT with every hinted
         variable fixed), or None when that solve does not finish. A Ctrl-C raises
         KeyboardInterrupt."""
+        solver, status = self._solve_at_hints(self.levels[k][0], seconds)
+        return round(solver.objective_value) if status == cp_model.OPTIMAL else None
+
+    def _solve_at_hints(self, expr, seconds: float | None = None):
+        """Minimise ``expr`` with every hinted variable fixed at its hint (one thread, the
+        other variables free: the epigraphs at their least); ``(solver, status)``. A
+        Ctrl-C raises KeyboardInterrupt."""
         solver = cp_model.CpSolver()
         solver.parameters.fix_variables_to_their_hinted_value = True
         solver.parameters.num_workers = 1
-        solver.parameters.max_time_in_seconds = seconds
-        self.model.minimize(self.levels[k][0])
-        status = cpsat_solve(solver, self.model)
-        return round(solver.objective_value) if status == cp_model.OPTIMAL else None
+        if seconds is not None:
+            solver.parameters.max_time_in_seconds = seconds
+        self.model.minimize(expr)
+        return solver, cpsat_solve(solver, self.model)
 
     def solve_groups(self, todo: list, together: str = TOGETHER, at_start: list | None = None) -> list[list]:
         """The levels ``todo`` (indices into :attr:`levels`) split into the solves that run
@@ -643,10 +650,8 @@ class CpsatPacking:
             m.clear_hints()
             for v, val in zip(self.y.values(), search.values):
                 m.add_hint(v, int(val))
-            fixed = cp_model.CpSolver()
-            fixed.parameters.fix_variables_to_their_hinted_value = True
-            fixed.parameters.num_workers = 1
-            if cpsat_solve(fixed, m) != cp_model.OPTIMAL or round(fixed.objective_value) > search.value:
+            fixed, status = self._solve_at_hints(expr)
+            if status != cp_model.OPTIMAL or round(fixed.objective_value) > search.value:
                 raise RuntimeError("cube search: the best layout does not score its value in the model")
             # a cube stopped by the time limit may hold its layout with slack in the epigraphs
             search.value = round(fixed.objective_value)
