@@ -404,6 +404,43 @@ def test_time_limited_returns_valid_plan_and_bound():
     assert res.gap is not None and 0 <= res.gap < 1
 
 
+def test_progress_is_logged_at_info(caplog):
+    """A solve logs its start and the first level's value and bound as CP-SAT improves
+    them (INFO, what ``rp-opt -v`` shows); every logged bound is at most the value logged
+    with it, and the last value is the plan's level 1 (within the rounding margin)."""
+    import logging
+    import re
+
+    inst = make_window(7, D=2, G=2, C=80, seed=1)
+    place = Placement.identity(2, 4, 2)
+    with caplog.at_level(logging.INFO, logger="rp_opt"):
+        res = solve_packing(inst, place, 2, objective="sync", time_limit=30)
+    checked(inst, res, num_rows=2)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("exact sync, N = 7, R = 2")]
+    assert any("start (" in line for line in lines), lines
+    pairs = [tuple(map(float, m.groups())) for line in lines
+             if (m := re.search(r"level 1\b.*: ([0-9.e+]+), bound ([0-9.e+-]+)", line))]
+    assert pairs, lines
+    assert all(bound <= value + 1e-9 for value, bound in pairs)
+    assert pairs[-1][0] == pytest.approx(res.score[0], abs=2 * res.stats["rounding"][0] + 1e-9)
+
+
+def test_no_progress_callback_below_info(caplog, monkeypatch):
+    """At WARNING (the CLI without -v, a library caller's default) no progress callback
+    runs inside CP-SAT: the solve logs nothing."""
+    import logging
+
+    from rp_opt.packing.exact import cpsat_model
+
+    made = []
+    monkeypatch.setattr(cpsat_model._Progress, "__init__",
+                        lambda self, *a, **k: made.append(a) or cpsat_model.cp_model.CpSolverSolutionCallback.__init__(self))
+    inst = make_window(7, D=2, G=2, C=80, seed=1)
+    with caplog.at_level(logging.WARNING, logger="rp_opt"):
+        solve_packing(inst, Placement.identity(2, 4, 2), 2, objective="sync", time_limit=30)
+    assert made == [] and not [r for r in caplog.records if r.levelno < logging.WARNING]
+
+
 def test_warm_start_and_infeasible():
     """A warm-start plan is used (its placement too) and never beaten by a worse result; a
     window with fewer samples than cells is infeasible."""

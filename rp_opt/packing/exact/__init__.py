@@ -539,6 +539,13 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
     if start is not None and mode:
         start = canonical_layout(start, data.num_shards, mode)
     start_score = score(instance, placement, start, obj) if start is not None else None
+    # progress (rp-opt -v): the model is otherwise silent until it ends
+    tag = f"exact {obj.name}, N = {data.num_samples}, R = {data.num_rows}"
+    if start_score is not None:
+        log.info("%s: start (%s) level 1 %.8g, %.1f s", tag, stats.get("start"), start_score[0],
+                 time.perf_counter() - t0)
+    if (stats.get("pooled") or {}).get("bound") is not None:
+        log.info("%s: pooled bound %.8g", tag, stats["pooled"]["bound"])
 
     eq4 = rank_load(window, placement).max(axis=1) if tighten else None
     budget = Budget(float(time_limit) - (time.perf_counter() - t0))
@@ -565,6 +572,8 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
             bound, stats["relaxation"], _ = relaxation_bound(
                 data, obj, mode, eq4=rank_load(window, placement).max(axis=1) if eq4 is None else eq4,
                 integral=min(data.num_samples, 8), time_limit=limit, seed=seed)
+            if bound is not None:
+                log.info("%s: relaxation bound %.8g", tag, bound)
             return bound
 
         relaxation = run_relaxation
@@ -603,6 +612,7 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
                 start, start_score, stats["polish"]["improved"] = _better_start(
                     instance, placement, obj, mode, start, start_score, better, stats,
                     ", then CP-SAT's portfolio from it")
+                log.info("%s: polish -> level 1 %.8g, %.1f s", tag, start_score[0], time.perf_counter() - t0)
                 if stats["polish"].pop("interrupted", False):
                     stats["interrupted"] = True
         if stats.get("interrupted"):
@@ -745,8 +755,8 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
     options
         ``symmetry`` (bool), ``tighten`` (bool), ``workers`` (int), ``subsolvers`` (names or None),
         ``mip_start`` (bool), ``heuristic_start`` (bool), ``relax_bound`` (bool), ``row_search`` (bool),
-        ``pooled_bound`` (bool), ``polish`` (bool), ``together`` (``auto``, ``leading``, ``later``, ``none``): see
-        :func:`solve_packing`.
+        ``pooled_bound`` (bool), ``polish`` (bool), ``cubes`` (bool), ``together`` (``auto``, ``leading``,
+        ``later``, ``none``): see :func:`solve_packing`.
     """
     t0 = time.perf_counter()
     num_rows = integer("num_rows", num_rows, 1, none=True)

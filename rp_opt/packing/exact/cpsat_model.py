@@ -199,6 +199,49 @@ class _Conquered:
         return self.fixed.boolean_value(literal)
 
 
+def first_level_bound(bound: float, weights: list) -> float:
+    """A bound of the first level (integer units) from the bound of a solve that minimised
+    sum_j w_j L_j: the later levels add at most w_0 - 1 (:meth:`CpsatPacking.stacked`)."""
+    if len(weights) == 1:
+        return bound
+    return max(0, math.ceil((bound - weights[0] + 1) / weights[0]))
+
+
+class _Progress(cp_model.CpSolverSolutionCallback):
+    """Progress of one CP-SAT solve, logged at ``level`` (INFO, shown by ``rp-opt -v``; the
+    row search's pair solves at DEBUG): the value and bound of the first level the solve
+    minimises, in the objective's units (before the rounding margin), the gap and the
+    seconds since the solve started; a line when that value or bound changes with a
+    solution, and at most one per :attr:`EVERY` seconds for a rising bound alone (a
+    proof finds no solutions). A long exact solve is otherwise silent until it ends."""
+
+    EVERY = 5.0
+
+    def __init__(self, label: str, expr, unit: float, weights: list, level: int):
+        super().__init__()
+        self.label, self.expr, self.unit, self.weights, self.level = label, expr, unit, weights, level
+        self.t0 = time.perf_counter()
+        self.said, self.value_now, self.at = None, None, -math.inf
+
+    def _say(self, bound: float):
+        bound = first_level_bound(bound, self.weights) / self.unit
+        if self.value_now is None or (self.value_now, bound) == self.said:
+            return
+        self.said, self.at = (self.value_now, bound), time.perf_counter()
+        gap = (self.value_now - bound) / self.value_now if self.value_now > 0 else 0.0
+        log.log(self.level, "%s: %.8g, bound %.8g (gap %.4f %%), %.1f s", self.label, self.value_now, bound,
+                100 * gap, self.at - self.t0)
+
+    def on_solution_callback(self):
+        self.value_now = self.value(self.expr) / self.unit
+        self._say(self.best_objective_bound)
+
+    def on_bound(self, bound: float):
+        """CP-SAT's best_bound_callback (the whole objective's bound)."""
+        if time.perf_counter() - self.at >= self.EVERY:
+            self._say(bound)
+
+
 class CpsatPacking:
     """Builds the model once; :meth:`solve` runs the lexicographic sequence.
 
@@ -744,7 +787,7 @@ class CpsatPacking:
                 return subsolvers
             return proof_subsolvers(self.objective.levels[0], self.data.num_shards, self.data.num_rows, first)
 
-        def run(expr, limit, first):
+        def run(expr, limit, first, ks, weights):
             names = names_of(first)
             if cubes and first and at_start is not None:
                 processes = workers or len(names)
@@ -755,8 +798,17 @@ class CpsatPacking:
             threads = workers or (len(names) + (1 if lns else 0) if names else 8)
             solver = configured(limit, names, threads, lns)
             m.minimize(expr)
+            # progress: the row search's pair solves (improve=True) only at debug level
+            level = logging.DEBUG if improve else logging.INFO
+            progress = None
+            if log.isEnabledFor(level):
+                solved = f" (levels {ks[0] + 1}-{ks[-1] + 1} together)" if len(ks) > 1 else ""
+                label = (f"exact {self.objective.name}, N = {self.data.num_samples}, R = {self.data.num_rows}: "
+                         f"level {ks[0] + 1}{solved}")
+                progress = _Progress(label, self.levels[ks[0]][0], self.levels[ks[0]][1], weights, level)
+                solver.best_bound_callback = progress.on_bound
             # Ctrl-C stops the search; the caller gets what it found (stats "interrupted")
-            status = cpsat_solve(solver, m, on_interrupt="return")
+            status = cpsat_solve(solver, m, progress, on_interrupt="return")
             if status == cp_model.MODEL_INVALID:
                 # e.g. an unknown subsolver name: say so, never a silent "no solution"
                 info = solver.solution_info()
@@ -804,7 +856,7 @@ class CpsatPacking:
             limit = (budget.for_level(g, len(groups), LEADING_SHARE) if len(groups[0]) > 1
                      else budget.for_level(g, len(groups)))
             t0 = time.perf_counter()
-            solver, status, names = run(expr, limit, g == 0)
+            solver, status, names = run(expr, limit, g == 0, ks, weights)
             secs = time.perf_counter() - t0
             stop = interrupted(solver)
             if (g == 0 and extra_bound is not None and not stop
@@ -839,8 +891,7 @@ class CpsatPacking:
                 break
             st = "optimal" if status == cp_model.OPTIMAL else "feasible"
             # the first level's bound: w_0 L_0 + (the rest, at most w_0 - 1) >= the solve's bound
-            bound = solver.best_objective_bound
-            first = bound if len(ks) == 1 else max(0, math.ceil((bound - weights[0] + 1) / weights[0]))
+            first = first_level_bound(solver.best_objective_bound, weights)
             for j, k in enumerate(ks):
                 lexpr, unit = self.levels[k][0], self.levels[k][1]
                 value = round(solver.objective_value) if len(ks) == 1 else round(solver.value(lexpr))
