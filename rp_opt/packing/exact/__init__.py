@@ -66,7 +66,7 @@ from ...window import Instance
 from ..seeds import layout_violation
 from .common import (Budget, build_seconds, canonical_layout, greedy_layout, heaviest_first,
                      layout_valid, lex_better, packing_data, renumbered, symmetry_mode, too_big)
-from .cpsat_model import PROOF, TOGETHER, SolveOutcome, check_together
+from .cpsat_model import PROOF, TOGETHER, SolveOutcome, check_together, progress_log
 from .pooled import pooled_bound as pooled_level_bound
 from .pooled import pooled_useful
 from .row_search import INTERRUPTED, row_pair_search, rows_separable
@@ -542,10 +542,10 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
     # progress (rp-opt -v): the model is otherwise silent until it ends
     tag = f"exact {obj.name}, N = {data.num_samples}, R = {data.num_rows}"
     if start_score is not None:
-        log.info("%s: start (%s) level 1 %.8g, %.1f s", tag, stats.get("start"), start_score[0],
+        progress_log.info("%s: start (%s) level 1 %.8g, %.1f s", tag, stats.get("start"), start_score[0],
                  time.perf_counter() - t0)
     if (stats.get("pooled") or {}).get("bound") is not None:
-        log.info("%s: pooled bound %.8g", tag, stats["pooled"]["bound"])
+        progress_log.info("%s: pooled bound %.8g", tag, stats["pooled"]["bound"])
 
     eq4 = rank_load(window, placement).max(axis=1) if tighten else None
     budget = Budget(float(time_limit) - (time.perf_counter() - t0))
@@ -573,7 +573,7 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
                 data, obj, mode, eq4=rank_load(window, placement).max(axis=1) if eq4 is None else eq4,
                 integral=min(data.num_samples, 8), time_limit=limit, seed=seed)
             if bound is not None:
-                log.info("%s: relaxation bound %.8g", tag, bound)
+                progress_log.info("%s: relaxation bound %.8g", tag, bound)
             return bound
 
         relaxation = run_relaxation
@@ -612,7 +612,7 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
                 start, start_score, stats["polish"]["improved"] = _better_start(
                     instance, placement, obj, mode, start, start_score, better, stats,
                     ", then CP-SAT's portfolio from it")
-                log.info("%s: polish -> level 1 %.8g, %.1f s", tag, start_score[0], time.perf_counter() - t0)
+                progress_log.info("%s: polish -> level 1 %.8g, %.1f s", tag, start_score[0], time.perf_counter() - t0)
                 if stats["polish"].pop("interrupted", False):
                     stats["interrupted"] = True
         if stats.get("interrupted"):

@@ -35,6 +35,9 @@ from .common import (Budget, PackingData, aggregate_count, integer_scale, level_
 from .row_search import rows_separable
 
 log = logging.getLogger("rp_opt")
+# progress of long solves (INFO): a logger of its own, so that a trainer that logs rp_opt
+# at INFO can leave it out (logging.getLogger("rp_opt.progress").setLevel(logging.WARNING))
+progress_log = logging.getLogger("rp_opt.progress")
 
 # which levels one CP-SAT solve minimises together (CpsatPacking.solve_groups): ``auto``
 # is ``leading`` for windows of at most two rows when a second solve remains, else ``later``
@@ -229,7 +232,7 @@ class _Progress(cp_model.CpSolverSolutionCallback):
             return
         self.said, self.at = (self.value_now, bound), time.perf_counter()
         gap = (self.value_now - bound) / self.value_now if self.value_now > 0 else 0.0
-        log.log(self.level, "%s: %.8g, bound %.8g (gap %.4f %%), %.1f s", self.label, self.value_now, bound,
+        progress_log.log(self.level, "%s: %.8g, bound %.8g (gap %.4f %%), %.1f s", self.label, self.value_now, bound,
                 100 * gap, self.at - self.t0)
 
     def on_solution_callback(self):
@@ -801,7 +804,7 @@ class CpsatPacking:
             # progress: the row search's pair solves (improve=True) only at debug level
             level = logging.DEBUG if improve else logging.INFO
             progress = None
-            if log.isEnabledFor(level):
+            if progress_log.isEnabledFor(level):
                 solved = f" (levels {ks[0] + 1}-{ks[-1] + 1} together)" if len(ks) > 1 else ""
                 label = (f"exact {self.objective.name}, N = {self.data.num_samples}, R = {self.data.num_rows}: "
                          f"level {ks[0] + 1}{solved}")
