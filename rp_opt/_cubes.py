@@ -115,7 +115,8 @@ def _solve_cube(text: str, fixed: list, limit: float, seed: int, cutoff: int | N
 
 
 def solve_cubes(model: cp_model.CpModel, groups: list, want: list, *, processes: int, time_limit: float,
-                seed: int = 0, slice_seconds: float | None = None, target: int | None = None) -> CubeSearch:
+                seed: int = 0, slice_seconds: float | None = None, target: int | None = None,
+                progress=None) -> CubeSearch:
     """Minimise ``model``'s objective by cube and conquer (see the module docstring).
 
     Parameters
@@ -132,6 +133,9 @@ def solve_cubes(model: cp_model.CpModel, groups: list, want: list, *, processes:
         Cubes searched at once, one thread each.
     time_limit, seed
         Seconds in all (from this call), and CP-SAT's random seed.
+    progress
+        None, or called after every answer with the best value so far (or None), the
+        search's bound so far, the searches run (``stats["cubes"]``) and the cubes open.
     """
     t0 = time.perf_counter()
     slice_seconds = SLICE_SECONDS if slice_seconds is None else slice_seconds
@@ -210,6 +214,10 @@ def solve_cubes(model: cp_model.CpModel, groups: list, want: list, *, processes:
         except queue_mod.Empty:
             return
         take(path, sliced, r)
+        if progress is not None:
+            value = best[0] if best else None
+            bound = min([*open_bounds.values(), *([value] if value is not None else [])], default=float("inf"))
+            progress(value, bound, stats["cubes"], len(open_bounds))
 
     split((), first["bound"])
     try:

@@ -223,22 +223,28 @@ def test_one_search_for_objectives_of_one_part(objective):
 
 
 @pytest.mark.parametrize("objective", ["shard", "sync"])
-def test_cubes_prove_the_brute_force_optimum(objective, monkeypatch):
+def test_cubes_prove_the_brute_force_optimum(objective, monkeypatch, caplog):
     """``cubes=True``: the one-search proof of a two-row window runs as cubes in processes
     (split before any search here, so that this small window goes through them) and ends
-    at the brute-force optimum, proven; the level stats say how the cubes went."""
+    at the brute-force optimum, proven; the level stats say how the cubes went, and the
+    progress log (INFO) follows the cubes to a zero gap with none open."""
+    import logging
+
     from rp_opt import _cubes
 
     monkeypatch.setattr(_cubes, "SLICE_SECONDS", 0.0)
     inst = make_window(7, D=2, G=2, C=80, seed=1)
     place = Placement.identity(2, 4, 2)
-    res = solve_packing(inst, place, 2, objective=objective, time_limit=60, cubes=True)
+    with caplog.at_level(logging.INFO, logger="rp_opt"):
+        res = solve_packing(inst, place, 2, objective=objective, time_limit=60, cubes=True)
     checked(inst, res, num_rows=2)
     assert res.status == "optimal"
     level = res.stats["levels"][0]
     assert level["solved_together"] == [1, 2, 3] and level["subsolvers"] == ["fixed", "fixed"]
     assert level["cubes"]["cubes"] > 1 and level["cubes"]["processes"] == 2
     assert_lex_close(res.score, brute_force(inst, place, 2, objective), rel=1e-3)
+    cube_lines = [r.getMessage() for r in caplog.records if "(cubes: " in r.getMessage()]
+    assert cube_lines and cube_lines[-1].endswith(" 0 open)"), cube_lines
 
 
 def test_cubes_is_a_switch():

@@ -543,7 +543,7 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
     tag = f"exact {obj.name}, N = {data.num_samples}, R = {data.num_rows}"
     if start_score is not None:
         progress_log.info("%s: start (%s) level 1 %.8g, %.1f s", tag, stats.get("start"), start_score[0],
-                 time.perf_counter() - t0)
+                          time.perf_counter() - t0)
     if (stats.get("pooled") or {}).get("bound") is not None:
         progress_log.info("%s: pooled bound %.8g", tag, stats["pooled"]["bound"])
 

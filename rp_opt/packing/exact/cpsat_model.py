@@ -204,9 +204,11 @@ class _Conquered:
 
 def first_level_bound(bound: float, weights: list) -> float:
     """A bound of the first level (integer units) from the bound of a solve that minimised
-    sum_j w_j L_j: the later levels add at most w_0 - 1 (:meth:`CpsatPacking.stacked`)."""
-    if len(weights) == 1:
-        return bound
+    sum_j w_j L_j: the later levels add at most w_0 - 1 (:meth:`CpsatPacking.stacked`).
+    The levels are non-negative, so no bound (-inf, a cube search that has not searched)
+    is 0."""
+    if len(weights) == 1 or not math.isfinite(bound):
+        return max(bound, 0)
     return max(0, math.ceil((bound - weights[0] + 1) / weights[0]))
 
 
@@ -226,14 +228,14 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         self.t0 = time.perf_counter()
         self.said, self.value_now, self.at = None, None, -math.inf
 
-    def _say(self, bound: float):
+    def _say(self, bound: float, note: str = ""):
         bound = first_level_bound(bound, self.weights) / self.unit
         if self.value_now is None or (self.value_now, bound) == self.said:
             return
         self.said, self.at = (self.value_now, bound), time.perf_counter()
         gap = (self.value_now - bound) / self.value_now if self.value_now > 0 else 0.0
-        progress_log.log(self.level, "%s: %.8g, bound %.8g (gap %.4f %%), %.1f s", self.label, self.value_now, bound,
-                100 * gap, self.at - self.t0)
+        progress_log.log(self.level, "%s: %.8g, bound %.8g (gap %.4f %%), %.1f s%s", self.label, self.value_now,
+                         bound, 100 * gap, self.at - self.t0, note)
 
     def on_solution_callback(self):
         self.value_now = self.value(self.expr) / self.unit
@@ -243,6 +245,13 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         """CP-SAT's best_bound_callback (the whole objective's bound)."""
         if time.perf_counter() - self.at >= self.EVERY:
             self._say(bound)
+
+    def on_cubes(self, value, bound: float, searched: int, open_cubes: int):
+        """:func:`rp_opt._cubes.solve_cubes`'s progress: the whole objective's best value
+        and bound (the later levels of a stacked solve add less than w_0 to it)."""
+        if value is not None:
+            self.value_now = (value // self.weights[0]) / self.unit
+        self._say(bound, f" (cubes: {searched} searched, {open_cubes} open)")
 
 
 class CpsatPacking:
@@ -682,14 +691,15 @@ class CpsatPacking:
         groups = [[self.z[i, b].index for b in self.blocks if (i, b) in self.z] for i in order]
         return [g for g in groups if len(g) > 1]
 
-    def conquer(self, expr, limit: float, seed: int, processes: int):
+    def conquer(self, expr, limit: float, seed: int, processes: int, progress=None):
         """Minimise ``expr`` by cube and conquer (:func:`rp_opt._cubes.solve_cubes`, split
-        on :meth:`decision_groups`); returns ``(solver, status)`` where ``solver`` answers
-        what the level loop of :meth:`solve` reads from a CP-SAT solver."""
+        on :meth:`decision_groups`; ``progress`` goes to it); returns ``(solver, status)``
+        where ``solver`` answers what the level loop of :meth:`solve` reads from a CP-SAT
+        solver."""
         m = self.model
         m.minimize(expr)
         search = solve_cubes(m, self.decision_groups(), [v.index for v in self.y.values()],
-                             processes=processes, time_limit=limit, seed=seed)
+                             processes=processes, time_limit=limit, seed=seed, progress=progress)
         fixed = None
         if search.values is not None:
             # the best layout's values of every other variable (its epigraphs at their least)
@@ -792,15 +802,6 @@ class CpsatPacking:
 
         def run(expr, limit, first, ks, weights):
             names = names_of(first)
-            if cubes and first and at_start is not None:
-                processes = workers or len(names)
-                solver, status = self.conquer(expr, limit, seed, processes)
-                return solver, status, ("fixed",) * processes
-            without = proof_without_lns(self.data.num_rows) if improve is None else not improve
-            lns = not (subsolvers == PROOF and workers is None and len(names) > 1 and without)
-            threads = workers or (len(names) + (1 if lns else 0) if names else 8)
-            solver = configured(limit, names, threads, lns)
-            m.minimize(expr)
             # progress: the row search's pair solves (improve=True) only at debug level
             level = logging.DEBUG if improve else logging.INFO
             progress = None
@@ -809,6 +810,17 @@ class CpsatPacking:
                 label = (f"exact {self.objective.name}, N = {self.data.num_samples}, R = {self.data.num_rows}: "
                          f"level {ks[0] + 1}{solved}")
                 progress = _Progress(label, self.levels[ks[0]][0], self.levels[ks[0]][1], weights, level)
+            if cubes and first and at_start is not None:
+                processes = workers or len(names)
+                solver, status = self.conquer(expr, limit, seed, processes,
+                                              progress.on_cubes if progress is not None else None)
+                return solver, status, ("fixed",) * processes
+            without = proof_without_lns(self.data.num_rows) if improve is None else not improve
+            lns = not (subsolvers == PROOF and workers is None and len(names) > 1 and without)
+            threads = workers or (len(names) + (1 if lns else 0) if names else 8)
+            solver = configured(limit, names, threads, lns)
+            m.minimize(expr)
+            if progress is not None:
                 solver.best_bound_callback = progress.on_bound
             # Ctrl-C stops the search; the caller gets what it found (stats "interrupted")
             status = cpsat_solve(solver, m, progress, on_interrupt="return")
