@@ -110,6 +110,29 @@ def test_heuristic_is_deterministic_for_seed_and_workers():
     np.testing.assert_array_equal(runs[2], runs[3])
 
 
+def test_progress_is_logged_at_info(caplog):
+    """``rp-opt -v`` (INFO on ``rp_opt.progress``): the run logs its best seed and every
+    anneal, search and refine round with the best energy so far, which never rises, above
+    the primary's bound; the last energy is the plan's."""
+    import logging
+    import re
+
+    inst = small(samples=40)
+    with caplog.at_level(logging.INFO, logger="rp_opt"):
+        result = get_solver("heuristic")(inst, objective="sync", time_limit=30, seed=3, workers=1,
+                                          temperatures=4, steps_per_temperature=10, replicas=8,
+                                          report_baseline=False)
+    assert_checked(inst, result)
+    lines = [r.getMessage() for r in caplog.records if r.name == "rp_opt.progress"]
+    assert lines and "best seed" in lines[0] and any("block search" in line for line in lines), lines
+    found = [re.search(r"energy ([0-9.e+]+) \(bound ([0-9.e+]+)\)", line) for line in lines]
+    energies = [float(m.group(1)) for m in found]
+    assert energies == sorted(energies, reverse=True)
+    assert all(float(m.group(2)) <= e * (1 + 1e-9) for m, e in zip(found, energies))
+    assert float(found[-1].group(2)) == pytest.approx(result.bound)
+    assert energies[-1] == pytest.approx(result.stats["energy"], rel=1e-7)
+
+
 def test_fixed_schedule_ignores_the_time_limit():
     """With temperatures=N the run does the same work whatever the limit: every seed rule
     (the greedy too, which a timed run skips when the limit is short), the same plan."""

@@ -76,6 +76,8 @@ from ..solvers import register_solver
 from ..window import Instance
 
 log = logging.getLogger("rp_opt")
+# progress of a run (INFO, ``rp-opt -v``): a logger of its own, as the exact solver's
+progress_log = logging.getLogger("rp_opt.progress")
 
 _REDUCERS = {"sum": np.sum, "max": np.max}
 
@@ -1066,6 +1068,14 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     timings["bounds"] = time.perf_counter() - t
     names = list(seeds)
     starts = [seeds[name].cell_of for name in names]
+    tag = f"heuristic {get_objective(objective).name}, N = {window.num_samples}, R = {num_rows}"
+
+    def progress(what: str, energy: float) -> None:
+        """One progress line: the phase, the best energy (the scalar that orders plans as
+        the objective does; about the primary), the primary's bound and the seconds."""
+        progress_log.info("%s: %s: energy %.8g (bound %.8g), %.1f s", tag, what, energy,
+                          bound_stats.get("lower_bound", float("nan")), time.perf_counter() - started)
+
     regroup = options.get("regroup")
     # the primary's first aggregate decides (regroup_cells and arrange_blocks arrange for it)
     first = problem.aggregates[0]
@@ -1162,9 +1172,14 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         if seed_energy is None:
             seed_energy = dict(zip(names, astats.start_energies or []))
             anneal_energy = energy
+            if seed_energy:
+                rule = min(seed_energy, key=seed_energy.get)
+                progress(f"best seed {rule}", seed_energy[rule])
         if energy < best_energy:
             best, best_energy = found, energy
         rounds += 1
+        if not (skip_anneal and rounds == 1):
+            progress(f"anneal, round {rounds}", best_energy)
         interrupted = astats.interrupted
         if interrupted or not do_search:
             break
@@ -1191,6 +1206,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
             # the refinement's search ends that much earlier
             overrun = max(overrun, time.perf_counter() - deadline)
         timings["search"] += time.perf_counter() - t
+        progress(f"block search, round {rounds}", best_energy)
         left = (started + time_limit - reserve) - time.perf_counter()
         interrupted = bool(search_stats.get("interrupted"))
         if interrupted or deterministic or not search_stats.get("local_optimum") or left < 0.1 * time_limit:
@@ -1234,6 +1250,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
             bound_stats = report_bounds(instance, placement, num_rows, objective, demand, baseline=False, load=load)
             bound_stats.pop("analytic_bounds")
             lower_bounds = bound_stats.pop("lower_bounds")
+        progress(f"placement refined, round {refine_rounds} ({'adopted' if refined.get('adopted') else 'kept the plan'})",
+                 best_energy)
         now = time.perf_counter()
         if (interrupted or not refined.get("adopted") or refine_rounds >= int(options.get("refine_rounds", 1))
                 or (final_deadline is not None and final_deadline - now < 0.05 * time_limit)):
