@@ -1070,11 +1070,16 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     starts = [seeds[name].cell_of for name in names]
     tag = f"heuristic {get_objective(objective).name}, N = {window.num_samples}, R = {num_rows}"
 
-    def progress(what: str, energy: float) -> None:
-        """One progress line: the phase, the best energy (the scalar that orders plans as
-        the objective does; about the primary), the primary's bound and the seconds."""
-        progress_log.info("%s: %s: energy %.8g (bound %.8g), %.1f s", tag, what, energy,
-                          bound_stats.get("lower_bound", float("nan")), time.perf_counter() - started)
+    said = [np.inf]  # the energy of the last progress line
+
+    def progress(what: str, energy: float, always: bool = False) -> None:
+        """One progress line when the best energy fell (or ``always``): the phase, the
+        best energy (the scalar that orders plans as the objective does; about the
+        primary), the primary's bound and the seconds."""
+        if energy < said[0] or always:
+            said[0] = energy
+            progress_log.info("%s: %s: energy %.8g (bound %.8g), %.1f s", tag, what, energy,
+                              bound_stats.get("lower_bound", float("nan")), time.perf_counter() - started)
 
     regroup = options.get("regroup")
     # the primary's first aggregate decides (regroup_cells and arrange_blocks arrange for it)
@@ -1251,7 +1256,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
             bound_stats.pop("analytic_bounds")
             lower_bounds = bound_stats.pop("lower_bounds")
         progress(f"placement refined, round {refine_rounds} ({'adopted' if refined.get('adopted') else 'kept the plan'})",
-                 best_energy)
+                 best_energy, always=True)
         now = time.perf_counter()
         if (interrupted or not refined.get("adopted") or refine_rounds >= int(options.get("refine_rounds", 1))
                 or (final_deadline is not None and final_deadline - now < 0.05 * time_limit)):
