@@ -425,3 +425,40 @@ def test_a_highs_mip_that_overruns_its_limit_is_given_up():
         assert res.bin_of is None and res.bound == low
     elif res.bin_of is not None:  # a faster machine: HiGHS stopped, or packed, in time
         assert np.bincount(res.bin_of, weights=lengths).max() <= 1000
+
+
+# ---------------------------------------------------------------- progress
+
+def _progress_lines(caplog, weights, capacity, time_limit):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="rp_opt"):
+        cert = certify_bins(weights, capacity, 1, None, time_limit=time_limit)
+    return cert, [r.getMessage() for r in caplog.records if r.name == "rp_opt.progress"]
+
+
+def test_progress_of_a_long_certification(caplog, monkeypatch):
+    """Past :data:`rp_opt.rows.PROGRESS_AFTER` seconds (0 here) a certification logs its
+    bins' bounds as they move and each exact stage: the lower bounds never fall, the
+    packings never grow, and the last line holds the certificate's bins. A Falkenauer T
+    instance (triplets filling every bin) goes through the arc-flow LP and the diving."""
+    import re
+
+    from rp_opt import rows
+
+    monkeypatch.setattr(rows, "PROGRESS_AFTER", 0.0)
+    weights, capacity = read_bpplib(os.path.join(BPPLIB, "falkenauer_t", "Falkenauer_t60_00.txt"))
+    cert, lines = _progress_lines(caplog, weights, capacity, 10)
+    assert cert.status == "optimal"
+    assert any("arc-flow LP" in line for line in lines), lines
+    bounds = [re.match(r"R\*: (\d+) <= bins <= (\d+|\?), ", line).groups() for line in lines]
+    lower = [int(lo) for lo, _ in bounds]
+    upper = [int(up) for _, up in bounds if up != "?"]
+    assert lower == sorted(lower) and upper == sorted(upper, reverse=True)
+    assert (lower[-1], upper[-1]) == (cert.bins_lower, cert.bins_upper)
+
+
+def test_no_progress_from_a_quick_certification(caplog):
+    """A certification that ends within PROGRESS_AFTER (every plan runs one) logs nothing."""
+    cert, lines = _progress_lines(caplog, np.array([60, 50, 40, 30, 20, 10]), 100, 10)
+    assert cert.status == "optimal" and lines == []

@@ -45,6 +45,10 @@ __all__ = ["RowCertificate", "certify_rows", "certify_bins", "certify_seconds", 
            "read_bpplib"]
 
 log = logging.getLogger("rp_opt")
+# progress of a long certification (INFO; not for the quick ones every plan runs)
+progress_log = logging.getLogger("rp_opt.progress")
+# seconds into a certification before its progress is logged
+PROGRESS_AFTER = 0.5
 
 # size guards of the exact models (graph cells touched while building; x[i,b] booleans)
 ARCFLOW_MAX_WORK = 60_000_000
@@ -197,10 +201,20 @@ class _Search:
         self.lower, self.method = 0, "L1"
         self.upper, self.packing = None, None
         self.stats: dict = {}
+        self.start = time.perf_counter()
+
+    def say(self, what: str) -> None:
+        """A progress line (INFO on ``rp_opt.progress``) once the certification has run
+        :data:`PROGRESS_AFTER` seconds: the bins' bounds so far and ``what`` happened."""
+        elapsed = time.perf_counter() - self.start
+        if elapsed >= PROGRESS_AFTER:
+            progress_log.info("R*: %s <= bins <= %s, %s, %.1f s", self.lower,
+                              "?" if self.upper is None else self.upper, what, elapsed)
 
     def raise_lower(self, value: int, method: str) -> None:
         if value > self.lower:
             self.lower, self.method = int(value), method
+            self.say(f"lower bound by {method}")
 
     def offer(self, bin_of, source: str) -> None:
         """Accept a packing only after verifying capacity and the item limit."""
@@ -214,6 +228,7 @@ class _Search:
         if self.upper is None or used < self.upper:
             self.upper, self.packing = used, np.asarray(bin_of, dtype=np.int64)
             self.stats["upper_source"] = source
+            self.say(f"packing by {source}")
 
 
 def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | None = None,
@@ -326,6 +341,7 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
                 if lp is not None:
                     s.stats["arcflow_lp"] = {"value": lp.value, "bound": lp.bound, "seconds": lp.seconds}
                     s.raise_lower(lp.bound, "arc-flow LP")
+                    s.say(f"arc-flow LP {lp.value:.6g} ({graph.num_arcs} arcs)")
                 else:
                     s.stats["arcflow_lp"] = {"unsolved": f"{max(left, 0.0):.3f} s left for {graph.num_arcs} arcs"}
 
@@ -354,6 +370,7 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
             if res.status == "Infeasible":
                 s.raise_lower(target + 1, "exact search")
                 s.stats["exact_search_by"] = "HiGHS MIP"
+            s.say(f"HiGHS MIP for {target} bins: {res.status} in {res.seconds:.1f} s")
             return closed() or proven_infeasible() or res.status == "Infeasible"
 
         while not closed() and not proven_infeasible() and time.perf_counter() < deadline and exact != "none":
@@ -399,6 +416,7 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
                         resume = trail[int(rng.integers(1, len(trail) - 1))]
                 dives["seconds"] = time.perf_counter() - t0
                 s.stats.setdefault("diving", []).append(dives)
+                s.say(f"LP diving toward {target} bins ({dives['dives']} dives, {dives['seconds']:.1f} s)")
                 if closed():
                     break
                 left = deadline - time.perf_counter()
@@ -436,6 +454,7 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
                 s.stats.setdefault("cpsat", []).append({"target": target, "status": res.status, "seconds": res.seconds})
             else:
                 break
+            s.say(f"exact search for {target} bins: {res.status} in {res.seconds:.1f} s")
             if res.status == "feasible":
                 before = s.upper
                 s.offer(res.bin_of, "exact search")
