@@ -126,6 +126,34 @@ def test_prune_keeps_exactly_the_low_waste_patterns(seed):
         assert _patterns(pruned) == expected, waste
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_reduced_cost_pruning_keeps_every_bin_a_packing_can_use(seed):
+    """Pruning by reduced cost for K bins keeps every bin whose y-weight reaches
+    sum_j b_j y_j - (K - 1) M (the certificate's integer duals y and heaviest pattern M),
+    keeps only bins of the graph, and keeps every bin of an optimal packing (K = B, the
+    certified optimum, its witness)."""
+    rng = np.random.default_rng(seed)
+    capacity = int(rng.integers(12, 30))
+    lengths = rng.integers(2, capacity, size=int(rng.integers(6, 12)))
+    limit = None if seed % 2 else 3
+    cert = certify_bins(lengths, capacity, 1, limit, time_limit=10)
+    assert cert.status == "optimal"
+    graph = arcflow.prune(arcflow.build_graph(lengths, capacity, limit),
+                          cert.bins_upper * capacity - int(lengths.sum()))
+    lp = arcflow.lp_bound(graph, 10.0)
+    assert lp is not None
+    pruned = arcflow.prune_by_reduced_cost(graph, lp, cert.bins_upper)
+    before, after = _patterns(graph), _patterns(pruned)
+    assert after <= before
+    if lp.duals is not None and lp.heaviest:
+        y = dict(zip(graph.sizes.tolist(), lp.duals.tolist()))
+        need = lp.total - (cert.bins_upper - 1) * lp.heaviest
+        assert {p for p in before if sum(y[w] for w in p) >= need} <= after
+    cells = cert.witness.cell_of
+    for b in np.unique(cells):
+        assert tuple(sorted(lengths[cells == b].tolist(), reverse=True)) in after
+
+
 def test_paths_decompose_the_lp_flow():
     """Path decomposition of an LP optimum covers each size exactly as the flow does."""
     lengths = np.array([6, 6, 5, 5, 4, 4, 3, 3, 3, 2])
