@@ -337,6 +337,22 @@ def lp_bound(graph: ArcFlowGraph, time_limit: float) -> LPBound | None:
     return LPBound(value, int(bound), time.perf_counter() - start, y, int(heaviest), total)
 
 
+# "no path" in the longest-path sweeps (far below any sum of weights, no overflow)
+_NO_PATH = np.iinfo(np.int64).min // 4
+
+
+def _heaviest(best: np.ndarray, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """Longest paths over a DAG by sweeps: ``best`` (per node, :data:`_NO_PATH` where none)
+    grown along the arcs src -> dst of ``weight`` until no sweep changes it (one sweep per
+    arc of the longest path)."""
+    while True:
+        grown = best.copy()
+        np.maximum.at(grown, dst, np.where(best[src] > _NO_PATH, best[src] + weight, _NO_PATH))
+        if np.array_equal(grown, best):
+            return best
+        best = grown
+
+
 def prune_by_reduced_cost(graph: ArcFlowGraph, lp: LPBound, bins: int) -> ArcFlowGraph:
     """The subgraph of the bins that a packing into ``bins`` bins can use, by reduced cost.
 
@@ -359,24 +375,13 @@ def prune_by_reduced_cost(graph: ArcFlowGraph, lp: LPBound, bins: int) -> ArcFlo
     tail = np.searchsorted(nodes, graph.arc_tail)
     head = np.searchsorted(nodes, graph.arc_head)
     weight = np.asarray(lp.duals, dtype=np.int64)[graph.arc_type]
-    low = np.iinfo(np.int64).min // 4
-    # forward: heaviest y-weight from the source to each node
-    ahead = np.full(nodes.size, low, dtype=np.int64)
-    ahead[0] = 0
-    while True:
-        grown = ahead.copy()
-        np.maximum.at(grown, head, np.where(ahead[tail] > low, ahead[tail] + weight, low))
-        if np.array_equal(grown, ahead):
-            break
-        ahead = grown
-    # backward: heaviest y-weight from each node to the sink (a loss arc where allowed)
-    behind = np.where(nodes // graph.width >= graph.min_fill, 0, low).astype(np.int64)
-    while True:
-        grown = behind.copy()
-        np.maximum.at(grown, tail, np.where(behind[head] > low, behind[head] + weight, low))
-        if np.array_equal(grown, behind):
-            break
-        behind = grown
+    low = _NO_PATH
+    # forward: heaviest y-weight from the source to each node; backward: from each node to
+    # the sink (a loss arc where allowed)
+    start = np.full(nodes.size, low, dtype=np.int64)
+    start[0] = 0
+    ahead = _heaviest(start, tail, head, weight)
+    behind = _heaviest(np.where(nodes // graph.width >= graph.min_fill, 0, low).astype(np.int64), head, tail, weight)
     keep = (ahead[tail] > low) & (behind[head] > low) & (ahead[tail] + weight + behind[head] >= need)
     alive = np.zeros(nodes.size, dtype=bool)
     alive[0] = True
