@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from rp_opt import rows
 from rp_opt.check import check_plan
 from rp_opt.cli import main
 from rp_opt.io import save_instance
@@ -182,6 +183,65 @@ def test_dive_packs_triplets_exactly():
             break
     assert bins is not None and np.unique(bins).size == 30
     assert packing_violation(lengths, bins, 1000, None) is None
+
+
+def _triplets(seed: int, count: int = 30) -> np.ndarray:
+    """``count`` random triplets of sizes in (250, 500) summing to C = 1000 (Falkenauer T
+    style: the optimum is ``count`` exactly full bins)."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(251, 400, size=count)
+    b = rng.integers(251, np.minimum(499, 1000 - a - 251) + 1)
+    return np.concatenate([a, b, 1000 - a - b])
+
+
+def test_dive_on_the_reduced_cost_pruned_graph():
+    """Diving on the graph pruned by waste and by reduced cost for K = 30 bins (what the
+    certifier dives on) still finds the 30-bin packing of the triplets, and every bin it
+    uses is a bin of that pruned graph."""
+    lengths = _triplets(3)
+    graph = arcflow.prune(arcflow.build_graph(lengths, 1000), 0)
+    lp = arcflow.lp_bound(graph, 10.0)
+    assert lp is not None and lp.bound == 30
+    pruned = arcflow.prune_by_reduced_cost(graph, lp, 30)
+    assert pruned.arc_tail.size <= graph.arc_tail.size
+    bins = None
+    for seed in range(20):
+        bins = rounding.dive(pruned, lengths, 30, time.perf_counter() + 10, np.random.default_rng(seed))
+        if bins is not None:
+            break
+    assert bins is not None and np.unique(bins).size == 30
+    assert packing_violation(lengths, bins, 1000, None) is None
+    allowed = _patterns(pruned)
+    for b in np.unique(bins):
+        assert tuple(sorted(lengths[bins == b].tolist(), reverse=True)) in allowed
+
+
+@pytest.mark.parametrize("seed", [19, 42])
+def test_certifier_runs_mip_then_dives_where_reduced_costs_shrink_the_graph(monkeypatch, seed):
+    """Where the reduced-cost pruning brings a graph above the MIP's size down to it (here
+    the MIP's size is lowered to the pruned graph's), the certifier gives the MIP a share
+    of the time and then dives on the pruned graph. On these windows (sizes in [C/5, C/2 +
+    5), FFD one bin above ceil(LP), the pruning drops 54 % and 69 % of the arcs), with the
+    MIP held to 0 s only the dives can find the packing: the certificate is still optimal
+    with a valid witness."""
+    rng = np.random.default_rng(seed)
+    n, capacity = int(rng.integers(40, 80)), int(rng.integers(100, 200))
+    lengths = rng.integers(capacity // 5, capacity // 2 + 5, size=n)
+    graph = arcflow.build_graph(lengths, capacity)
+    lp = arcflow.lp_bound(graph, 10.0)
+    assert np.unique(first_fit_decreasing(lengths, capacity)).size > lp.bound
+    pruned = arcflow.prune(graph, lp.bound * capacity - int(lengths.sum()))
+    small = arcflow.prune_by_reduced_cost(pruned, lp, lp.bound)
+    assert small.arc_tail.size < pruned.arc_tail.size
+    monkeypatch.setattr(rows, "MIP_MAX_ARCS", small.arc_tail.size)
+    monkeypatch.setattr(rows, "RC_MIP_SHARE", 0.0)
+    monkeypatch.setattr(rows, "QUICK_MIP_SECONDS", 0.0)
+    cert = certify_bins(lengths, capacity, 1, None, time_limit=30)
+    assert cert.status == "optimal" and cert.bins_upper == lp.bound
+    assert packing_violation(lengths, cert.witness.cell_of, capacity, None) is None
+    assert any(m.get("reduced_cost") for m in cert.stats["arcflow_mip"])
+    assert cert.stats["diving"][0]["dives"] >= 1
+    assert cert.stats["upper_source"].startswith("LP diving")
 
 
 # ---------------------------------------------------------------- brute force cross-checks
@@ -471,8 +531,6 @@ def test_progress_of_a_long_certification(caplog, monkeypatch):
     packings never grow, and the last line holds the certificate's bins. A Falkenauer T
     instance (triplets filling every bin) goes through the arc-flow LP and the diving."""
     import re
-
-    from rp_opt import rows
 
     monkeypatch.setattr(rows, "PROGRESS_AFTER", 0.0)
     weights, capacity = read_bpplib(os.path.join(BPPLIB, "falkenauer_t", "Falkenauer_t60_00.txt"))
