@@ -159,3 +159,6 @@ def test_json_stdout_is_clean_when_highs_runs():
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["bins"] == 23 and data["status"] == "optimal"
+    # the stats say how: the arc-flow LP bound 22 and HiGHS' "infeasible in 22 bins"
+    assert data["stats"]["arcflow_lp"]["bound"] == 22
+    assert any(m["target"] == 22 and m["status"] == "Infeasible" for m in data["stats"]["arcflow_mip"])

@@ -59,6 +59,8 @@ def run(args) -> int:
             data["exact_search_by"] = cert.stats["exact_search_by"]
         if cert.stats.get("interrupted"):
             data["interrupted"] = True
+        # how it was proven (bounds, LP, pruning, dives, exact decisions), as for windows
+        data["stats"] = cert.stats
         if args.json:
             emit_json(data)
         else:
