@@ -14,8 +14,12 @@ Pipeline (each stage only while the bounds are open, within the time limit):
    knapsack (:mod:`.arcflow`).
 3. For the target K = ceil(lower / D) D bins: the graph is pruned by the waste budget
    W = K C - sum T (no bin of a K-bin packing wastes more; for triplets W = 0 and only
-   exactly-full bins remain), then LP diving (:mod:`.rounding`) looks for a K-bin packing,
-   which closes IRUP instances (Falkenauer, almost all of Scholl).
+   exactly-full bins remain) and by the LP's reduced costs (no bin of a K-bin packing has
+   reduced cost above K - LP), then LP diving (:mod:`.rounding`, each dive's LPs re-solved
+   from the last basis) looks for a K-bin packing on that graph, which closes IRUP
+   instances (Falkenauer, almost all of Scholl, all of Hard28 but BPP14/119/175/359/716,
+   which are not IRUP). Where the reduced costs bring a large graph to the MIP's size, the
+   MIP of step 4 gets a share of the time before the dives.
 4. The exact decision "B <= K" on the pruned graph: a short HiGHS branch-and-bound on small
    graphs (it proves non-IRUP cases such as LP = 22 < B = 23), then CP-SAT with the rest
    of the time; an infeasible K raises the lower bound to K + 1 and the loop repeats.
