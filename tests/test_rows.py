@@ -166,25 +166,6 @@ def test_paths_decompose_the_lp_flow():
     assert np.isclose(sum(v for _, v in rounding.paths(graph, flow)), flow[: graph.arc_tail.size][graph.arc_tail == 0].sum())
 
 
-def test_dive_packs_triplets_exactly():
-    """30 random triplets summing to C = 1000 (Falkenauer T style, waste budget 0): diving
-    finds the 30-bin packing, which FFD misses."""
-    rng = np.random.default_rng(3)
-    a = rng.integers(251, 400, size=30)
-    b = rng.integers(251, np.minimum(499, 1000 - a - 251) + 1)
-    lengths = np.concatenate([a, b, 1000 - a - b])
-    assert np.all((lengths > 250) & (lengths < 500))
-    graph = arcflow.build_graph(lengths, 1000)
-    assert np.unique(first_fit_decreasing(lengths, 1000)).size > 30
-    bins = None
-    for _ in range(20):
-        bins = rounding.dive(graph, lengths, 30, time.perf_counter() + 10, np.random.default_rng(_))
-        if bins is not None:
-            break
-    assert bins is not None and np.unique(bins).size == 30
-    assert packing_violation(lengths, bins, 1000, None) is None
-
-
 def _triplets(seed: int, count: int = 30) -> np.ndarray:
     """``count`` random triplets of sizes in (250, 500) summing to C = 1000 (Falkenauer T
     style: the optimum is ``count`` exactly full bins)."""
@@ -194,26 +175,75 @@ def _triplets(seed: int, count: int = 30) -> np.ndarray:
     return np.concatenate([a, b, 1000 - a - b])
 
 
-def test_dive_on_the_reduced_cost_pruned_graph():
-    """Diving on the graph pruned by waste and by reduced cost for K = 30 bins (what the
-    certifier dives on) still finds the 30-bin packing of the triplets, and every bin it
-    uses is a bin of that pruned graph."""
+def _near_irup(seed: int) -> tuple[np.ndarray, int]:
+    """Sizes in [C/5, C/2 + 5) with C in [100, 200): seeds 19 and 42 have FFD one bin above
+    ceil(LP) = the optimum, and reduced costs that prune about half the arcs."""
+    rng = np.random.default_rng(seed)
+    n, capacity = int(rng.integers(40, 80)), int(rng.integers(100, 200))
+    return rng.integers(capacity // 5, capacity // 2 + 5, size=n), capacity
+
+
+def _dive_until_found(graph, lengths, bins: int, tries: int = 20):
+    """The first packing into ``bins`` bins of up to ``tries`` dives (seeds 0, 1, ...)."""
+    for seed in range(tries):
+        found = rounding.dive(graph, lengths, bins, time.perf_counter() + 10, np.random.default_rng(seed))
+        if found is not None:
+            return found
+    return None
+
+
+def test_dive_packs_triplets_exactly():
+    """30 random triplets summing to C = 1000 (Falkenauer T style, waste budget 0): diving
+    finds the 30-bin packing, which FFD misses."""
     lengths = _triplets(3)
-    graph = arcflow.prune(arcflow.build_graph(lengths, 1000), 0)
-    lp = arcflow.lp_bound(graph, 10.0)
-    assert lp is not None and lp.bound == 30
-    pruned = arcflow.prune_by_reduced_cost(graph, lp, 30)
-    assert pruned.arc_tail.size <= graph.arc_tail.size
-    bins = None
-    for seed in range(20):
-        bins = rounding.dive(pruned, lengths, 30, time.perf_counter() + 10, np.random.default_rng(seed))
-        if bins is not None:
-            break
+    assert np.all((lengths > 250) & (lengths < 500))
+    assert np.unique(first_fit_decreasing(lengths, 1000)).size > 30
+    bins = _dive_until_found(arcflow.build_graph(lengths, 1000), lengths, 30)
     assert bins is not None and np.unique(bins).size == 30
     assert packing_violation(lengths, bins, 1000, None) is None
+
+
+@pytest.mark.parametrize("seed", [19, 42])
+def test_dive_on_the_reduced_cost_pruned_graph(seed):
+    """Diving on the graph pruned by waste and by reduced cost for K = ceil(LP) bins (what
+    the certifier dives on) finds a K-bin packing, and every bin it uses is a bin of that
+    pruned graph."""
+    lengths, capacity = _near_irup(seed)
+    graph = arcflow.build_graph(lengths, capacity)
+    lp = arcflow.lp_bound(graph, 10.0)
+    pruned = arcflow.prune_by_reduced_cost(arcflow.prune(graph, lp.bound * capacity - int(lengths.sum())),
+                                           lp, lp.bound)
+    assert pruned.arc_tail.size < graph.arc_tail.size
+    bins = _dive_until_found(pruned, lengths, lp.bound)
+    assert bins is not None and np.unique(bins).size == lp.bound
+    assert packing_violation(lengths, bins, capacity, None) is None
     allowed = _patterns(pruned)
     for b in np.unique(bins):
         assert tuple(sorted(lengths[bins == b].tolist(), reverse=True)) in allowed
+
+
+def test_dive_lp_warm_solve_matches_a_cold_solve():
+    """:class:`rounding.DiveLP` re-solving subgraphs of one graph from its last basis gives
+    each subgraph's LP optimum: the same number of bins as a cold :func:`rounding.lp_flow`
+    of that subgraph, and a flow that conserves at every node and meets the residual
+    demand (the first LP, then the LP after taking away a few items)."""
+    lengths, capacity = _near_irup(19)
+    graph = arcflow.prune(arcflow.build_graph(lengths, capacity), 30 * capacity)
+    model = rounding.DiveLP(graph, 60)
+    demand = graph.demand.astype(np.int64).copy()
+    for step in range(3):
+        sub = arcflow.prune(rounding._restrict(graph, demand), 60 * capacity)
+        warm = model.solve(sub, 60, 10.0)
+        cold = rounding.lp_flow(sub, 60, 10.0)
+        assert warm is not None and cold is not None
+        first = sub.arc_tail == 0
+        n_item = sub.arc_tail.size
+        assert np.isclose(warm[:n_item][first].sum(), cold[:n_item][first].sum(), atol=1e-6)
+        per_size = np.bincount(sub.arc_type, weights=warm[:n_item], minlength=sub.sizes.size)
+        assert np.all(per_size >= demand - 1e-6)
+        covered = sum(v * counts for counts, v in rounding.paths(sub, warm))
+        assert np.allclose(covered, per_size, atol=1e-6)
+        demand[np.flatnonzero(demand)[: 2 + step]] -= 1      # the next step wants fewer items
 
 
 @pytest.mark.parametrize("seed", [19, 42])
@@ -224,9 +254,7 @@ def test_certifier_runs_mip_then_dives_where_reduced_costs_shrink_the_graph(monk
     5), FFD one bin above ceil(LP), the pruning drops 54 % and 69 % of the arcs), with the
     MIP held to 0 s only the dives can find the packing: the certificate is still optimal
     with a valid witness."""
-    rng = np.random.default_rng(seed)
-    n, capacity = int(rng.integers(40, 80)), int(rng.integers(100, 200))
-    lengths = rng.integers(capacity // 5, capacity // 2 + 5, size=n)
+    lengths, capacity = _near_irup(seed)
     graph = arcflow.build_graph(lengths, capacity)
     lp = arcflow.lp_bound(graph, 10.0)
     assert np.unique(first_fit_decreasing(lengths, capacity)).size > lp.bound
