@@ -16,10 +16,10 @@ Pipeline (each stage only while the bounds are open, within the time limit):
    W = K C - sum T (no bin of a K-bin packing wastes more; for triplets W = 0 and only
    exactly-full bins remain) and by the LP's reduced costs (no bin of a K-bin packing has
    reduced cost above K - LP), then LP diving (:mod:`.rounding`, each dive's LPs re-solved
-   from the last basis) looks for a K-bin packing on that graph, which closes IRUP
-   instances (Falkenauer, almost all of Scholl, all of Hard28 but BPP14/119/175/359/716,
-   which are not IRUP). Where the reduced costs bring a large graph to the MIP's size, the
-   MIP of step 4 gets a share of the time before the dives.
+   from the last basis) looks for a K-bin packing on that graph. Where the reduced costs
+   bring a large graph to the MIP's size, the MIP of step 4 gets a share of the time
+   before the dives. Together they close the IRUP instances of BPPLIB's Falkenauer,
+   Scholl_1 and Hard28 sets (Hard28's five others, LP = B - 1, need step 4's proof).
 4. The exact decision "B <= K" on the pruned graph: a short HiGHS branch-and-bound on small
    graphs (it proves non-IRUP cases such as LP = 22 < B = 23), then CP-SAT with the rest
    of the time; an infeasible K raises the lower bound to K + 1 and the loop repeats.

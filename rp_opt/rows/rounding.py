@@ -204,6 +204,8 @@ def dive(graph: arcflow.ArcFlowGraph, lengths: np.ndarray, max_bins: int, deadli
         # no floor on the LP's time (0.05 s ran dives past the deadline); the LP declines
         # one that cannot finish in the time left. Each step re-solves from the last basis.
         if model is None:
+            if not arcflow.lp_fits(g, deadline - time.perf_counter()):
+                return None                  # no time for one LP: do not build the model either
             model = DiveLP(graph, max_bins)
         flow = model.solve(g, bins_left, deadline - time.perf_counter())
         steps += 1
