@@ -249,11 +249,11 @@ def test_dive_lp_warm_solve_matches_a_cold_solve():
 @pytest.mark.parametrize("seed", [19, 42])
 def test_certifier_runs_mip_then_dives_where_reduced_costs_shrink_the_graph(monkeypatch, seed):
     """Where the reduced-cost pruning brings a graph above the MIP's size down to it (here
-    the MIP's size is lowered to the pruned graph's), the certifier gives the MIP a share
-    of the time and then dives on the pruned graph. On these windows (sizes in [C/5, C/2 +
-    5), FFD one bin above ceil(LP), the pruning drops 54 % and 69 % of the arcs), with the
-    MIP held to 0 s only the dives can find the packing: the certificate is still optimal
-    with a valid witness."""
+    the MIP's size is lowered to the pruned graph's), the certifier runs the MIP for a
+    share of the time, then the dives on the pruned graph. On these windows (sizes in
+    [C/5, C/2 + 5), FFD one bin above ceil(LP), the pruning drops 54 % and 69 % of the
+    arcs), with the MIP held to 0 s only the dives can find the packing: the certificate
+    is still optimal with a valid witness."""
     lengths, capacity = _near_irup(seed)
     graph = arcflow.build_graph(lengths, capacity)
     lp = arcflow.lp_bound(graph, 10.0)

@@ -66,7 +66,7 @@ REPAIR_SECONDS = 0.4      # per repair of a failed dive (4x on large graphs, who
 MIP_SHARE = 0.5          # share of the time left for the HiGHS MIP on the pruned graph ...
 MIP_MAX_ARCS = 10_000     # ... when it has at most this many item arcs
 QUICK_MIP_SECONDS = 0.2   # the MIP's first, short try before the LP diving
-RC_MIP_SHARE = 0.4        # the MIP's share before the dives where the reduced costs made the graph small
+RC_MIP_SHARE = 0.4        # the MIP's share before the dives where the reduced costs made a large graph small
 DIVE_FIX_SHARES = (1.0, 0.5, 1.0, 0.25)   # per dive, cyclic: share of integral LP patterns fixed per step
 
 
@@ -378,6 +378,36 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
             s.say(f"HiGHS MIP for {target} bins: {res.status} in {res.seconds:.1f} s")
             return closed() or proven_infeasible() or res.status == "Infeasible"
 
+        def dive_until(dive_graph, target: int, dive_end: float) -> None:
+            """LP dives toward ``target`` bins on ``dive_graph`` until ``dive_end`` or a
+            packing; each failed dive is repaired, every other one resumes from a random
+            middle state of the last (its first LPs are the same each time)."""
+            t0 = time.perf_counter()
+            small = graph.arc_tail.size <= MIP_MAX_ARCS
+            dives: dict = {"target": target, "dives": 0}
+            resume = None
+            while time.perf_counter() < dive_end and not closed():
+                share = DIVE_FIX_SHARES[dives["dives"] % len(DIVE_FIX_SHARES)]
+                dives["dives"] += 1
+                trail: list = []
+                s.offer(rounding.dive(dive_graph, lengths, target, dive_end, rng, stats=dives, fix_share=share,
+                                      start=resume, trail=trail), "LP diving")
+                if not closed() and trail and time.perf_counter() < dive_end:
+                    # repair the failed dive: re-decide its last residual plus a few of its
+                    # bins exactly (HiGHS MIP on the small sub-instance)
+                    s.offer(rounding.repair(graph, lengths, target, trail[-1],
+                                            min(dive_end, time.perf_counter() + REPAIR_SECONDS * (1 if small else 4)),
+                                            rng, stats=dives, max_arcs=MIP_MAX_ARCS), "LP diving + repair")
+                    if closed():
+                        break
+                resume = None
+                if dives["dives"] % 2 == 1 and len(trail) >= 3:
+                    resume = trail[int(rng.integers(1, len(trail) - 1))]
+            dives["seconds"] = time.perf_counter() - t0
+            if dives["dives"]:
+                s.stats.setdefault("diving", []).append(dives)
+                s.say(f"LP diving toward {target} bins ({dives['dives']} dives, {dives['seconds']:.1f} s)")
+
         while not closed() and not proven_infeasible() and time.perf_counter() < deadline and exact != "none":
             target = min(_ceil_div(s.lower, d) * d, k_max)
             left = deadline - time.perf_counter()
@@ -387,10 +417,10 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
                 pruned = arcflow.prune(graph, target * c - total)
                 # and by reduced cost: only the bins within K - LP of the LP's dual prices
                 # (arcflow.prune_by_reduced_cost). Where that alone brings a graph too large
-                # for the MIP down to the MIP's size, the MIP decides K at once, without the
-                # LP dives (Hard28_BPP40 and BPP60: 38721 and 26785 item arcs -> 1058 and
-                # 1164; the MIP found their packings in 8.8 and 13.2 s, where 60 s of dives
-                # and exact searches on the whole graph had not)
+                # for the MIP down to the MIP's size, the MIP gets its share early (Hard28_BPP40
+                # and BPP60: 38721 and 26785 item arcs -> 1058 and 1164; the MIP found their
+                # packings in 8.8 and 13.2 s, where 60 s of dives and exact searches on the
+                # whole graph had not)
                 rc_small = False
                 if lp is not None:
                     before = pruned.arc_tail.size
@@ -406,44 +436,19 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
                     # N1C3W2_H: 30 s of a 60-s limit, then 0.03 s of MIP)
                     if mip_decides(pruned, target, min(QUICK_MIP_SECONDS, 0.1 * left), probe=True):
                         continue
+                    # the reduced costs brought a large graph to the MIP's size: the MIP for a
+                    # share of the time, then the dives (they find different packings: Hard28_BPP40
+                    # by the MIP in 8 s, by no dive in 30 s; BPP178 by a dive in 2 s, by no MIP in
+                    # 29 s; dives first, for 15 % of the time, delayed the MIP's packings and the
+                    # non-IRUP proofs by about 9 s each, and at a 10-s limit proved 15 of 28, not 18)
                     if rc_small and mip_decides(pruned, target, RC_MIP_SHARE * (deadline - time.perf_counter()),
                                                 reduced_cost=True):
                         continue
                     left = deadline - time.perf_counter()
                 # LP diving toward K bins on the pruned graph (every bin of a K-bin packing is
-                # a path of it), up to DIVE_SHARE of the time left; where the reduced costs
-                # brought a large graph to the MIP's size, after the MIP and for the large
-                # graphs' share (the MIP and the dives find different packings: Hard28_BPP40
-                # by the MIP in 8 s, no dive in 30 s; BPP178 by a dive in 2 s, no MIP in 29 s)
-                t0 = time.perf_counter()
-                small = graph.arc_tail.size <= MIP_MAX_ARCS
-                dive_graph = pruned if pruned is not None else graph
-                dive_end = t0 + (DIVE_SHARE if small else DIVE_SHARE_LARGE) * left
-                dives: dict = {"target": target, "dives": 0}
-                resume = None
-                while time.perf_counter() < dive_end and not closed():
-                    share = DIVE_FIX_SHARES[dives["dives"] % len(DIVE_FIX_SHARES)]
-                    dives["dives"] += 1
-                    trail: list = []
-                    s.offer(rounding.dive(dive_graph, lengths, target, dive_end, rng, stats=dives, fix_share=share,
-                                          start=resume, trail=trail), "LP diving")
-                    if not closed() and trail and time.perf_counter() < dive_end:
-                        # repair the failed dive: re-decide its last residual plus a few of its
-                        # bins exactly (HiGHS MIP on the small sub-instance)
-                        s.offer(rounding.repair(graph, lengths, target, trail[-1],
-                                                min(dive_end, time.perf_counter() + REPAIR_SECONDS * (1 if small else 4)),
-                                                rng, stats=dives, max_arcs=MIP_MAX_ARCS), "LP diving + repair")
-                        if closed():
-                            break
-                    # every other failed dive resumes from a random middle state of the last one
-                    # (its first LPs are the same each time), the others start afresh
-                    resume = None
-                    if dives["dives"] % 2 == 1 and len(trail) >= 3:
-                        resume = trail[int(rng.integers(1, len(trail) - 1))]
-                dives["seconds"] = time.perf_counter() - t0
-                if dives["dives"]:
-                    s.stats.setdefault("diving", []).append(dives)
-                    s.say(f"LP diving toward {target} bins ({dives['dives']} dives, {dives['seconds']:.1f} s)")
+                # a path of it), up to DIVE_SHARE of the time left
+                share = DIVE_SHARE if graph.arc_tail.size <= MIP_MAX_ARCS else DIVE_SHARE_LARGE
+                dive_until(pruned if pruned is not None else graph, target, time.perf_counter() + share * left)
                 if closed():
                     break
                 left = deadline - time.perf_counter()
