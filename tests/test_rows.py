@@ -6,6 +6,7 @@ import json
 import os
 import time
 
+import highspy
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -244,6 +245,26 @@ def test_dive_lp_warm_solve_matches_a_cold_solve():
         covered = sum(v * counts for counts, v in rounding.paths(sub, warm))
         assert np.allclose(covered, per_size, atol=1e-6)
         demand[np.flatnonzero(demand)[: 2 + step]] -= 1      # the next step wants fewer items
+
+
+def test_dive_lp_time_limit_is_per_solve():
+    """HiGHS keeps one clock per model across solves; a :class:`rounding.DiveLP` solve still
+    gets the time it is given once the earlier solves have used more than that (with the
+    limit on the model's clock alone, such a solve stopped at once: dives ended early)."""
+    lengths, capacity = _near_irup(19)
+    graph = arcflow.build_graph(lengths, capacity)
+    model = rounding.DiveLP(graph, 60)
+    fewer = graph.demand.astype(np.int64).copy()
+    fewer[np.flatnonzero(fewer)[:3]] -= 1
+    for step in range(5000):
+        demand = graph.demand if step % 2 else fewer
+        assert model.solve(rounding._restrict(graph, demand), 60, 10.0) is not None
+        if model._h.getRunTime() > 0.3:
+            break
+    assert model._h.getRunTime() > 0.3
+    # half the demand: the simplex must iterate (and so look at its clock) to re-solve
+    assert model.solve(rounding._restrict(graph, graph.demand // 2), 30, 0.2) is not None
+    assert model._h.getModelStatus() == highspy.HighsModelStatus.kOptimal
 
 
 @pytest.mark.parametrize("seed", [19, 42])

@@ -88,7 +88,10 @@ class DiveLP:
         cold_and_large = not self._solved and self.num_items > SIMPLEX_MAX_ARCS
         h.setOptionValue("solver", "ipm" if cold_and_large else "simplex")
         h.setOptionValue("run_crossover", "on")
-        h.setOptionValue("time_limit", float(max(time_limit, 0.0)))
+        # HiGHS measures time_limit on the model's clock, which runs on across solves (a
+        # limit of the time left alone stopped later solves at once, "time limit reached",
+        # once the earlier ones had used more than that)
+        h.setOptionValue("time_limit", h.getRunTime() + float(max(time_limit, 0.0)))
         _highs.run(h)
         if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
             return None
