@@ -32,17 +32,7 @@ def lp_flow(graph: arcflow.ArcFlowGraph, max_bins: int, time_limit: float) -> np
     fixed cost, :func:`.arcflow.lp_fits`). Simplex (a vertex: fewer fractional paths) on
     small graphs; interior point with crossover (still a vertex) on large ones, where the
     degenerate simplex takes many seconds (hard28: 8-30 s against about 3 s)."""
-    if not arcflow.lp_fits(graph, time_limit):
-        return None
-    h = arcflow._highs(time_limit)
-    if graph.arc_tail.size > SIMPLEX_MAX_ARCS:
-        h.setOptionValue("solver", "ipm")
-        h.setOptionValue("run_crossover", "on")
-    arcflow.pass_model(h, graph, integral=False, max_bins=max_bins)
-    _highs.run(h)
-    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-        return None
-    return np.asarray(h.getSolution().col_value)
+    return DiveLP(graph, max_bins).solve(graph, max_bins, time_limit)
 
 
 class DiveLP:
@@ -54,24 +44,35 @@ class DiveLP:
     step's values: the dual simplex starts from the last step's basis instead of from
     nothing (Hard28_BPP742, 13108 arcs, 40 s of dives: 510 LPs against 149; BPP195, 39772
     arcs, found a 64-bin packing in 15.7 s where 50 s of cold dives found none). The first
-    solve of a large graph is interior point with crossover (a basis), as :func:`lp_flow`.
+    solve of a large graph is interior point with crossover (a basis), as :func:`lp_flow`
+    (which is one solve of a fresh model). The HiGHS model is built at the first solve
+    that fits its time.
     """
 
     def __init__(self, graph: arcflow.ArcFlowGraph, max_bins: int):
         self.graph = graph
+        self.max_bins = max_bins
         self.num_items = graph.arc_tail.size
         self.num_cols = self.num_items + graph.nodes.size - 1
+        self._h = None
+        self._solved = False
+
+    def _build(self) -> None:
+        graph = self.graph
         self._keys = graph.arc_tail * graph.sizes.size + graph.arc_type    # (tail, size) names an arc
         self._order = np.argsort(self._keys, kind="stable")
         self._h = arcflow._highs(0.0)
-        arcflow.pass_model(self._h, graph, integral=False, max_bins=max_bins)
-        self._solved = False
+        arcflow.pass_model(self._h, graph, integral=False, max_bins=self.max_bins)
 
     def solve(self, sub: arcflow.ArcFlowGraph, max_bins: int, time_limit: float) -> np.ndarray | None:
-        """:func:`lp_flow` of ``sub`` (a subgraph of this graph, with its own demand and
-        ``min_fill``), in ``sub``'s column order; None when not solved in ``time_limit``."""
+        """The LP optimum of ``sub`` (this graph or a subgraph of it, with its own demand
+        and ``min_fill``) with at most ``max_bins`` bins, in ``sub``'s column order; None
+        when not solved in ``time_limit`` (or below the LP's fixed cost,
+        :func:`.arcflow.lp_fits`: then not started)."""
         if not arcflow.lp_fits(sub, time_limit):
             return None
+        if self._h is None:
+            self._build()
         graph, h = self.graph, self._h
         items = self._order[np.searchsorted(self._keys[self._order], sub.arc_tail * graph.sizes.size + sub.arc_type)]
         losses = np.searchsorted(graph.nodes, sub.nodes[1:]) - 1            # loss column of each sub node
@@ -188,7 +189,7 @@ def dive(graph: arcflow.ArcFlowGraph, lengths: np.ndarray, max_bins: int, deadli
     lengths = np.asarray(lengths, dtype=np.int64)
     c = graph.capacity
     sizes = graph.sizes
-    model = None                 # the step LPs' model (:class:`DiveLP`), built at the first step
+    model = DiveLP(graph, max_bins)  # the step LPs, each re-solved from the last basis
     if start is None:
         demand, fixed = graph.demand.astype(np.int64).copy(), []
     else:
@@ -205,11 +206,7 @@ def dive(graph: arcflow.ArcFlowGraph, lengths: np.ndarray, max_bins: int, deadli
             return None
         g = arcflow.prune(_restrict(graph, demand), waste)
         # no floor on the LP's time (0.05 s ran dives past the deadline); the LP declines
-        # one that cannot finish in the time left. Each step re-solves from the last basis.
-        if model is None:
-            if not arcflow.lp_fits(g, deadline - time.perf_counter()):
-                return None                  # no time for one LP: do not build the model either
-            model = DiveLP(graph, max_bins)
+        # one that cannot finish in the time left (and then builds no model)
         flow = model.solve(g, bins_left, deadline - time.perf_counter())
         steps += 1
         stats["lp_solves"] = stats.get("lp_solves", 0) + 1
