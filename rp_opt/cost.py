@@ -561,8 +561,64 @@ def full_row_charge(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarr
     end; the first interval covers s = 0, e.g. a block of k full-length cells). A row
     whose blocks all hold one (n = G), or whose f samples leave a block of k full-length
     cells (n (k - 1) < f), owes x, pooled over such rows (their cells are distinct). A DP
-    over how the full-length samples split into rows takes the least.
+    over how the full-length samples split into rows takes the least. Each row alone takes
+    the cheapest cells, the same for every two-case row; the rows' cells are distinct,
+    which :func:`_distinct_cells` bounds too, by the class of layouts whose two-case rows
+    have n >= n_min, one of them n = n_min: the charge is the least over the classes of the
+    larger of the two.
     """
+    terms = _full_rows(attention, lengths, routed, capacity, per_shard, num_shards, expert_rate, grid)
+    if terms is None:
+        return 0.0
+    owed, floor = _class_owed(terms, num_shards, 0)
+    return max(0.0, float(np.min(np.maximum(owed[:, 0], floor))) - terms["excess"])
+
+
+def row_excess_bound(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarray, capacity: int,
+                     per_shard: int, num_shards: int, expert_rate: float, floors: np.ndarray,
+                     num_rows: int, grid: int = 256, span: int = 8) -> float:
+    """Lower bound on sum_r (G M_r - sum_g Lambda_g) over every row (see
+    :func:`full_row_charge` for M_r, Lambda_g and E(g)), given ``floors`` [N]: c_i with
+    sum_{i in g} c_i <= X[r,g] - E(g) for every block g (for a fixed placement, gamma
+    sum_l (tokens of i on rank p_l - tokens of i / P) for any one rank p_l per layer).
+
+    The full-row charge and the expert excess bound the same sum, so each alone gives a
+    max; this adds them where they cannot overlap. A block with a cell without a
+    full-length sample in a row with a full-length sample ("hidden") may hide its excess
+    below M_r; every other block (k full-length cells, or a row without one) owes M_r -
+    Lambda_g >= J[r,g] - Lambda_g >= X - E >= the sum of its samples' c_i, which the
+    full-row charge does not count (it charges only hidden blocks). A row with f
+    full-length samples has at most min(G, D - f) hidden blocks, and they hold at most
+    k C tokens each: so the sum is at least the charge of the split of the full-length
+    samples into rows, plus sum_i c_i less the most c_i samples of h k C tokens can hold
+    (fractional knapsack of the positive c_i), h the split's hidden blocks; the least over
+    splits (a DP over full-length samples and hidden blocks) is the bound. Without a
+    full-length sample it is sum_i c_i.
+    """
+    floors = np.asarray(floors, dtype=np.float64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = float(floors.sum())
+    terms = _full_rows(attention, lengths, routed, capacity, per_shard, num_shards, expert_rate, grid)
+    if terms is None:
+        return max(0.0, total)
+    # hidden blocks: at most all R G; the DP counts up to ``top`` of them exactly and more
+    # at ``top`` (charged the excess kept when all R G hide: valid, and such splits owe much)
+    blocks = int(num_rows) * int(num_shards)
+    top = min(blocks, int(span) * int(num_shards))
+    positive = floors > 0
+    kept = total - _fractional_knapsack(lengths[positive].astype(np.float64), floors[positive],
+                                        np.append(np.arange(top), blocks) * float(terms["k"] * capacity))  # [h]
+    owed, floor = _class_owed(terms, num_shards, top)
+    best = float(np.min(np.maximum(owed, floor[:, None]) + kept[None, :]))
+    return max(0.0, total, best - terms["excess"])
+
+
+def _full_rows(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarray, capacity: int, per_shard: int,
+               num_shards: int, expert_rate: float, grid: int = 256) -> dict | None:
+    """What a row with f full-length samples owes (:func:`full_row_charge`): ``two_case``
+    [f, n] (inf where not a two-case row), ``pooled`` [f], ``cheapest`` [K] (the K cheapest
+    cells' deficits over k), ``excess`` (full-length cells above theta), and the window's
+    figures behind them; None without a full-length sample or one routing rate."""
     attention = np.asarray(attention, dtype=np.float64)
     lengths = np.asarray(lengths, dtype=np.int64)
     routed = np.asarray(routed, dtype=np.int64)
@@ -571,7 +627,7 @@ def full_row_charge(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarr
     heavy = int(full.sum())
     # E(g) - E(g_f) <= rho s needs one routing rate rho for every sample (a full replay)
     if heavy == 0 or not np.all(routed * lengths[0] == routed[0] * lengths):
-        return 0.0
+        return None
     rho = expert_rate * float(routed[0]) / float(lengths[0])
     theta = float(attention[full].min())
     excess = float((attention[full] - theta).sum()) / k        # full-length cells above theta
@@ -599,9 +655,9 @@ def full_row_charge(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarr
     room_top = np.append(np.arange(1, grid + 1) * step, (k - 1) * capacity)
     room_deficit = np.append(0.0, delta[1:])       # s in [0, step) may be 0: k full cells
     # per row with f full-length samples: "pooled" (owes its cells' deficits) or the least
-    # over n and the interval of s of the two-case bound with its cheapest cells
+    # over the interval of s of the two-case bound with its cheapest cells, for each n
     pooled = np.zeros(slots + 1, dtype=bool)
-    two_case = np.full(slots + 1, np.inf)
+    two_case = np.full((slots + 1, num_shards + 1), np.inf)             # [f, n]
     for f in range(1, slots + 1):
         x = cheapest[slots - f]
         for n in range(-(-f // k), min(num_shards, f) + 1):   # blocks holding the f samples
@@ -615,23 +671,126 @@ def full_row_charge(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarr
                 a = np.maximum(n * room_deficit / k, cheapest[n * k - f])
                 b = np.maximum(cheapest[(num_shards - n) * k], x - a)
                 value = float(np.min(a + np.maximum(b - (num_shards - n) * rho * room_top, 0.0)))
-                two_case[f] = min(two_case[f], max(0.0, value))
-    # least owed by two-case rows with t full-length samples, least cells in pooled rows
-    owed, cells = np.full(heavy + 1, np.inf), np.full(heavy + 1, np.inf)
-    owed[0] = cells[0] = 0.0
+                two_case[f, n] = max(0.0, value)
+    return {"two_case": two_case, "pooled": pooled, "cheapest": cheapest, "excess": excess, "k": k,
+            "heavy": heavy, "slots": slots, "rho": rho, "theta": theta, "full": full, "attention": attention,
+            "lengths": lengths, "capacity": capacity}
+
+
+def _class_owed(terms: dict, num_shards: int, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """(owed [G, top + 1], floor [G]) for the classes n_min = 1..G of layouts of the
+    full-length samples into rows (class n_min < G: two-case rows have n >= n_min and one
+    has n = n_min; class G: no two-case row): ``owed[c, h]`` the least the split bound
+    charges a layout of class c + 1 with h hidden blocks (min(G, D - f) per row; h >= top
+    counted at top), ``floor[c]`` the distinct-cells bound of the class (at its relief
+    rate (G - n_min) rho / n_min per token of room)."""
+    two_case, pooled, cheapest = terms["two_case"], terms["pooled"], terms["cheapest"]
+    heavy, slots, rho = terms["heavy"], terms["slots"], terms["rho"]
+    classes = np.arange(1, num_shards + 1)
+    # [G, f]: a two-case row of the class, and one with n = n_min exactly (none in class G)
+    allowed = np.full((num_shards, slots + 1), np.inf)
+    exact = np.full((num_shards, slots + 1), np.inf)
+    for c in classes[:-1]:
+        allowed[c - 1] = two_case[:, c:].min(axis=1)
+        exact[c - 1] = two_case[:, c]
     sizes = np.arange(1, slots + 1)
+    shift = np.minimum(num_shards, slots - sizes)               # hidden blocks of a row of f
+    width, pad = top + 1, int(shift.max(initial=0))
+    # two-case rows of t samples and h hidden blocks: [0] without (free), [1] with (marked)
+    # the n = n_min row; pooled rows: the least cells without a full-length sample (they
+    # owe the cheapest of them, pooled). ``pad`` columns take the shift of one row before
+    # h >= top folds onto top.
+    two = np.full((2, num_shards, heavy + 1, width + pad), np.inf)
+    cells = np.full((heavy + 1, width + pad), np.inf)
+    two[0, :, 0, 0] = cells[0, 0] = 0.0
+
+    def fold(array):
+        """h >= top counted at top."""
+        array[..., top] = array[..., top:].min(axis=-1)
+        array[..., top + 1:] = np.inf
+
+    # rows of f samples grouped by their hidden blocks (one group for f <= D - G)
+    groups = [(int(h), sizes[shift == h]) for h in np.unique(shift)]
     for t in range(1, heavy + 1):
-        f = sizes[sizes <= t]
-        owed[t] = np.min(owed[t - f] + two_case[f])
-        f = f[pooled[f]]
-        if f.size:
-            cells[t] = np.min(cells[t - f] + (slots - f))
-    # pooled rows owe at least the sum of their cells' deficits, >= 0 (cheapest is convex)
+        for h, fs in groups:
+            fs = fs[fs <= t]
+            if fs.size == 0:
+                continue
+            back = t - fs
+            if np.isfinite(allowed[:, fs]).any() or np.isfinite(exact[:, fs]).any():
+                source = two[:, :, back, :width]                             # [2, G, |fs|, width]
+                best = (source + allowed[None, :, fs, None]).min(axis=2)
+                best[1] = np.minimum(best[1], (source[0] + exact[:, fs, None]).min(axis=1))
+                np.minimum(two[:, :, t, h:h + width], best, out=two[:, :, t, h:h + width])
+            fs = fs[pooled[fs]]
+            if fs.size:
+                best = (cells[t - fs, :width] + (slots - fs)[:, None]).min(axis=0)
+                np.minimum(cells[t, h:h + width], best, out=cells[t, h:h + width])
+        fold(two[:, :, t])
+        fold(cells[t])
     lowest = np.minimum.accumulate(cheapest[::-1])[::-1]
-    rest = cells[::-1]
-    finite = np.isfinite(rest) & np.isfinite(owed)
-    pooled_owed = np.maximum(lowest[np.minimum(rest[finite], lowest.size - 1).astype(np.int64)], 0.0)
-    return max(0.0, float(np.min(owed[finite] + pooled_owed)) - excess)
+    cells = cells[:, :width]
+    finite = np.isfinite(cells)
+    pooled_owed = np.full(cells.shape, np.inf)                  # >= 0: cheapest is convex
+    pooled_owed[finite] = np.maximum(lowest[np.minimum(cells[finite], lowest.size - 1).astype(np.int64)], 0.0)
+    rows_owed = two[1, :, :, :width].copy()
+    rows_owed[-1] = two[0, -1, :, :width]                       # class G: no two-case row
+    # the split's hidden blocks add: h1 two-case, h2 pooled
+    owed = np.full((num_shards, 2 * width), np.inf)
+    for t in range(heavy + 1):
+        rows, rest = rows_owed[:, t], pooled_owed[heavy - t]
+        left, right = np.flatnonzero(np.isfinite(rows).any(axis=0)), np.flatnonzero(np.isfinite(rest))
+        # loop over the sparser side (two-case rows hide G blocks each, mostly)
+        if left.size and right.size and left.size <= right.size:
+            for h in left:
+                np.minimum(owed[:, h:h + width], rest[None, :] + rows[:, h, None], out=owed[:, h:h + width])
+        elif left.size and right.size:
+            for h in right:
+                np.minimum(owed[:, h:h + width], rows + rest[h], out=owed[:, h:h + width])
+    fold(owed)
+    owed = owed[:, :width]
+    small_room = _distinct_cells(terms["attention"], terms["lengths"], terms["capacity"], terms["full"],
+                                 terms["theta"], terms["k"], heavy, slots)
+    floor = np.array([small_room((num_shards - c) * rho / c) for c in classes])
+    return owed, floor
+
+
+def _distinct_cells(attention: np.ndarray, lengths: np.ndarray, capacity: int, full: np.ndarray, theta: float,
+                    per_shard: int, heavy: int, slots: int, grid: int = 64):
+    """``owed(rate)``: a lower bound on the sum over the rows with a full-length sample of
+    what they owe (before the full-length cells above theta), for layouts whose every
+    two-case row relieves at most ``rate`` per token of room of its cells.
+
+    A row owes at least x - (G - n) rho s (x: its cells' deficits over k; s: the room of
+    its g_f, which every one of its n blocks with a full-length sample has, so n s is at
+    most the room of the row's cells without one): at least the sum over those cells of
+    deficit / k - rate (C - T_d) with rate = (G - n) rho / n (0 for a pooled row). Cells
+    are distinct across rows and the rows hold at least K = ceil(F / D) D - F of them (F
+    full-length samples), so the rows owe at least the K cheapest of these per-cell
+    floors: one per big sample (its own cell) and any number of cells without one. Each
+    floor is the least over intervals of tokens of (theta - the ceiling at the interval's
+    top) / k - rate (C - its bottom): the ceiling grows with the tokens."""
+    big = (2 * lengths > capacity) & ~full
+    small = 2 * lengths <= capacity
+    weights, values = lengths[small].astype(np.float64), attention[small]
+    steps = np.linspace(0.0, 1.0, grid + 1)
+    # rows: each big sample, then a cell without one; columns: the grid of fill tokens
+    base = np.concatenate([lengths[big], [0]]).astype(np.float64)
+    fill_room = (capacity - base)[:, None] * steps[None, :]
+    fill = _fractional_knapsack(weights, values, fill_room.ravel()).reshape(fill_room.shape)
+    deficit = (theta - np.concatenate([attention[big], [0.0]])[:, None] - fill) / per_shard
+    room = capacity - base[:, None] - fill_room                       # C - T_d at each grid point
+    count = -(-heavy // slots) * slots - heavy
+
+    def owed(rate: float) -> float:
+        floor = (deficit[:, 1:] - rate * room[:, :-1]).min(axis=1)
+        if floor[-1] < 0:                  # more rows, more cells: no floor
+            return -np.inf
+        cells = np.sort(np.concatenate([floor[:-1], np.full(count, floor[-1])]))
+        # the K cheapest, and any further cell of a negative floor (more rows, K larger)
+        return float(cells[:count].sum() + np.minimum(cells[count:], 0.0).sum())
+
+    return owed
 
 
 @dataclass(frozen=True)
@@ -655,6 +814,9 @@ class CostBounds:
         (X[r,g] >= the block's share of them), and :func:`full_row_charge` (rows that hold
         a full-length sample). The expert total above ``token_expert`` may sit in those
         rows too, hence the max. 0 where not computed.
+    row_excess
+        For a fixed placement, :func:`row_excess_bound`: the charge and the expert excess
+        where they cannot overlap, a third term of that max. 0 where not computed.
     """
 
     attention_total: float
@@ -666,6 +828,7 @@ class CostBounds:
     attention_mean: float = 0.0
     token_expert: float = 0.0
     row_charge: float = 0.0
+    row_excess: float = 0.0
 
     def _means(self, agg: Aggregate) -> int:
         """n such that ``agg`` >= (its matrix's total) / n: a max over n entries is at least
@@ -690,9 +853,10 @@ class CostBounds:
         to a multiple of it: sum_r max_g, and with G = 1 every sum over rows."""
         per_row = agg.inner == "max" and agg.over == "shards" and agg.outer == "sum"
         rows_summed = (agg.over == "rows" and agg.inner == "sum") or (agg.over == "shards" and agg.outer == "sum")
-        if self.row_charge <= 0 or agg.attention != agg.expert or not (per_row or (self.num_shards == 1 and rows_summed)):
+        if max(self.row_charge, self.row_excess) <= 0 or agg.attention != agg.expert \
+                or not (per_row or (self.num_shards == 1 and rows_summed)):
             return 0.0
-        charged = max(self.row_charge, self.expert_total - self.token_expert)
+        charged = max(self.row_charge, self.expert_total - self.token_expert, self.row_excess)
         return agg.attention * (self.attention_mean + self.token_expert + charged) / self.num_shards
 
     def gap_split(self, costs: Costs, objective, relative: bool = False) -> dict:
@@ -761,14 +925,32 @@ def cost_bounds(instance: Instance, num_rows: int, placement: Placement | None =
         share = -(-np.asarray(tokens, dtype=np.int64) // cluster.ep)
         sample_expert = cost.gamma * np.maximum(widest, share).sum(axis=1)
     else:
-        expert_total = cost.gamma * float(rank_load(window, placement).max(axis=1).sum())
-        sample_expert = cost.gamma * rank_demand(window, placement).max(axis=2).sum(axis=1).astype(np.float64)
+        demand = rank_demand(window, placement)                                # [N, L, P]
+        expert_total = cost.gamma * float(demand.sum(axis=0).max(axis=1).sum())
+        sample_expert = cost.gamma * demand.max(axis=2).sum(axis=1).astype(np.float64)
     # rows that hold a full-length sample (sync's row maxima): needs the routed tokens
     routed = np.asarray(tokens, dtype=np.int64).sum(axis=1) if tokens is not None \
         else window.demand.sum(axis=(1, 2), dtype=np.int64)
     per_shard = cluster.dp // cluster.edp
     charge = full_row_charge(attention, window.lengths, routed, cluster.capacity, per_shard, cluster.edp,
                              cost.gamma / cluster.ep)
+    excess = 0.0 if placement is None else placement_row_excess(instance, num_rows, demand, attention)
     return CostBounds(attention_total, expert_total, attention, np.asarray(sample_expert, dtype=np.float64),
                       int(num_rows), cluster.edp, float(attention.sum()) / per_shard,
-                      cost.gamma / cluster.ep * float(routed.sum()), charge)
+                      cost.gamma / cluster.ep * float(routed.sum()), charge, excess)
+
+
+def placement_row_excess(instance: Instance, num_rows: int, demand_by_rank: np.ndarray,
+                         attention: np.ndarray) -> float:
+    """:func:`row_excess_bound` of one placement, from its ``demand_by_rank`` [N, L, P]
+    (``rank_demand``) and the samples' ``attention`` [N]. Each sample's floor c_i is gamma
+    sum_l (its tokens on the busiest rank of the window's layer l - its tokens / P): a
+    block's X - E is at least the sum over its samples, since its max over ranks is at
+    least its load on that one rank."""
+    cluster, cost = instance.cluster, instance.cost
+    tokens = demand_by_rank.sum(axis=2, dtype=np.int64)                       # [N, L]
+    busiest = demand_by_rank.sum(axis=0, dtype=np.int64).argmax(axis=1)       # [L]
+    on_busiest = np.take_along_axis(demand_by_rank, busiest[None, :, None], axis=2)[:, :, 0]
+    floors = cost.gamma * (on_busiest - tokens / cluster.ep).sum(axis=1)
+    return row_excess_bound(attention, instance.window.lengths, tokens.sum(axis=1), cluster.capacity,
+                            cluster.dp // cluster.edp, cluster.edp, cost.gamma / cluster.ep, floors, num_rows)

@@ -340,14 +340,36 @@ def test_full_row_charge_needs_one_routing_rate():
     assert full_row_charge(att, inst.window.lengths, routed, 100, 1, 2, 0.15) == 0.0
 
 
+def test_row_excess_adds_the_charge_and_the_excess_outside_hidden_blocks():
+    """C = 100, D = 2 slots in G = 2 shards (k = 1), 2 rows: F (100 tokens, attention 450),
+    A (60 tokens, 222), B and D (30 tokens, 93 each). The full-length row's other cell owes
+    at least 450 minus its ceiling, the least A plus 40 tokens of the 30-token samples at
+    93/30 a token: 222 + 124 = 346, so the charge is 104. With excess floors c = [10, 0,
+    20, 20] (sum 50) that cell is the one hidden block, at most 100 tokens: the most floor
+    it can take is B and D (60 tokens, 40) and 40 tokens of F at 0.1 a token (4); the other
+    6 is owed beside the charge: 110, where the max of the two gave 104. Without a
+    full-length sample the bound is the floors' sum."""
+    from rp_opt.cost import full_row_charge, row_excess_bound
+
+    att, lengths = np.array([450.0, 222.0, 93.0, 93.0]), np.array([100, 60, 30, 30])
+    floors = np.array([10.0, 0.0, 20.0, 20.0])
+    assert full_row_charge(att, lengths, 2 * lengths, 100, 1, 2, 0.1) == pytest.approx(104.0)
+    assert row_excess_bound(att, lengths, 2 * lengths, 100, 1, 2, 0.1, floors, 2) == pytest.approx(110.0)
+    assert row_excess_bound(att, lengths, 2 * lengths, 100, 1, 2, 0.1, 10 * floors, 2) == pytest.approx(500.0)
+    shorter = np.array([90, 60, 30, 30])
+    assert row_excess_bound(att, shorter, 2 * shorter, 100, 1, 2, 0.1, floors, 2) == pytest.approx(50.0)
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), shape=st.sampled_from([(4, 2, 1, 6), (4, 1, 1, 6), (2, 2, 2, 6), (2, 1, 2, 6),
-                                                           (2, 2, 3, 6), (4, 2, 2, 8), (6, 3, 1, 7), (6, 2, 1, 7)]),
-       arbitrary_q=st.booleans(), gamma=st.sampled_from([0.0, 0.05, 0.3, 3.0]))
+                                                           (2, 2, 3, 6), (4, 2, 2, 8), (6, 3, 1, 7), (6, 2, 1, 7),
+                                                           (6, 3, 1, 6), (6, 2, 1, 6)]),
+       arbitrary_q=st.booleans(), gamma=st.sampled_from([0.0, 0.05, 0.3, 3.0, 10.0, 30.0]))
 def test_full_row_bound_below_brute_force(seed, shape, arbitrary_q, gamma):
-    """The sync bound with the full-row charge never exceeds the best layout (every
-    layout enumerated): windows with one to three full-length samples, samples just above
-    and below C/2, Q_i = T_i^2 or arbitrary, G = 1, 2 and 3, one to three cells per block."""
+    """The sync bound with the full-row charge (and, for the identity placement, the row
+    excess) never exceeds the best layout (every layout enumerated): windows with one to
+    three full-length samples, samples just above and below C/2, Q_i = T_i^2 or arbitrary,
+    G = 1, 2 and 3, one to three cells per block, expert costs small to dominant."""
     dp, edp, rows, n = shape
     rng = np.random.default_rng(seed)
     heavy = rng.integers(1, min(3, n - 1) + 1)

@@ -62,7 +62,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..cost import _AXIS, cost_bounds, get_objective, layout_costs, rank_demand_major, rank_major_view
+from ..cost import (_AXIS, cost_bounds, get_objective, layout_costs, placement_row_excess, rank_demand_major,
+                    rank_major_view)
 from ..errors import MAX_SEED, InputError, integer, is_none, number, require, switch
 # rp_opt.rows (with the row certifier's OR-Tools, HiGHS, SciPy: 0.4-0.7 s to import) loads with
 # this module, that is in get_solver("heuristic"), not in the first plan's time limit (at
@@ -1435,7 +1436,8 @@ def report_bounds(instance: Instance, placement: Placement, num_rows: int, objec
     gamma = instance.cost.gamma
     rank_loads = demand_by_rank.sum(axis=0)                                # [L, P]
     own = replace(analytic, expert_total=gamma * float(rank_loads.max(axis=1).sum()),
-                  sample_expert=gamma * demand_by_rank.max(axis=2).sum(axis=1).astype(np.float64))
+                  sample_expert=gamma * demand_by_rank.max(axis=2).sum(axis=1).astype(np.float64),
+                  row_excess=placement_row_excess(instance, num_rows, demand_by_rank, analytic.sample_attention))
     out["placement_bound"] = own.objective(objective)[0]
     if baseline:
         out.update(baseline_score(instance, num_rows, objective, ffd))

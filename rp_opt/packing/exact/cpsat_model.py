@@ -228,11 +228,13 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         self.t0 = time.perf_counter()
         self.said, self.value_now, self.at = None, None, -math.inf
 
-    def _say(self, bound: float, note: str = ""):
+    def _say(self, bound: float, note: str = "", done: bool = False):
         bound = first_level_bound(bound, self.weights) / self.unit
-        if self.value_now is None or (self.value_now, bound) == self.said:
+        # one line per new (value, bound), and the line that says the search is done (its
+        # bound may have met the value while cubes were still open)
+        if self.value_now is None or (self.value_now, bound, done) == self.said:
             return
-        self.said, self.at = (self.value_now, bound), time.perf_counter()
+        self.said, self.at = (self.value_now, bound, done), time.perf_counter()
         gap = (self.value_now - bound) / self.value_now if self.value_now > 0 else 0.0
         progress_log.log(self.level, "%s: %.8g, bound %.8g (gap %.4f %%), %.1f s%s", self.label, self.value_now,
                          bound, 100 * gap, self.at - self.t0, note)
@@ -251,7 +253,7 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         and bound (the later levels of a stacked solve add less than w_0 to it)."""
         if value is not None:
             self.value_now = (value // self.weights[0]) / self.unit
-        self._say(bound, f" (cubes: {searched} searched, {open_cubes} open)")
+        self._say(bound, f" (cubes: {searched} searched, {open_cubes} open)", open_cubes == 0)
 
 
 class CpsatPacking:
