@@ -533,7 +533,8 @@ def _cell_ceiling(lengths: np.ndarray, work: np.ndarray, capacity: int, room: np
 
 
 def full_row_charge(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarray, capacity: int,
-                    per_shard: int, num_shards: int, expert_rate: float, grid: int = 256) -> float:
+                    per_shard: int, num_shards: int, expert_rate: float, grid: int = 256,
+                    num_rows: int | None = None) -> float:
     """Lower bound on sum_r (G M_r - sum_g Lambda_g) over the rows that hold a full-length
     sample (T_i = C), for the row maxima M_r = max_g J[r,g] of ``sync``.
 
@@ -565,13 +566,39 @@ def full_row_charge(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarr
     the cheapest cells, the same for every two-case row; the rows' cells are distinct,
     which :func:`_distinct_cells` bounds too, by the class of layouts whose two-case rows
     have n >= n_min, one of them n = n_min: the charge is the least over the classes of the
-    larger of the two.
+    larger of the two. ``num_rows`` (R, optional) only sizes the DP's tables so that
+    :func:`row_excess_bound` of the same window and R reuses them; the charge is the same.
     """
-    terms = _full_rows(attention, lengths, routed, capacity, per_shard, num_shards, expert_rate, grid)
-    if terms is None:
+    tables = _split_tables(attention, lengths, routed, capacity, per_shard, num_shards, expert_rate, grid,
+                           _hidden_top(num_rows, num_shards))
+    if tables is None:
         return 0.0
-    owed, floor = _class_owed(terms, num_shards, 0)
-    return max(0.0, float(np.min(np.maximum(owed[:, 0], floor))) - terms["excess"])
+    terms, owed, floor = tables
+    return max(0.0, float(np.min(np.maximum(owed.min(axis=1), floor))) - terms["excess"])
+
+
+def _hidden_top(num_rows: int | None, num_shards: int, span: int = 8) -> int:
+    """Hidden blocks the split DP counts exactly (0: none; see :func:`row_excess_bound`)."""
+    return 0 if num_rows is None else min(int(num_rows) * int(num_shards), span * int(num_shards))
+
+
+_TABLES: dict = {}
+
+
+def _split_tables(attention, lengths, routed, capacity, per_shard, num_shards, expert_rate, grid, top):
+    """(terms, owed, floor) of :func:`_full_rows` and :func:`_class_owed`, or None; the last
+    window's are kept (the charge and the row excess of one window share them)."""
+    import hashlib
+
+    arrays = [np.ascontiguousarray(a, dtype=t) for a, t in ((attention, np.float64), (lengths, np.int64),
+                                                                 (routed, np.int64))]
+    digest = hashlib.blake2b(b"".join(a.tobytes() for a in arrays), digest_size=16).hexdigest()
+    key = (digest, int(capacity), int(per_shard), int(num_shards), float(expert_rate), int(grid), int(top))
+    if key not in _TABLES:
+        terms = _full_rows(*arrays, capacity, per_shard, num_shards, expert_rate, grid)
+        _TABLES.clear()
+        _TABLES[key] = None if terms is None else (terms, *_class_owed(terms, num_shards, top))
+    return _TABLES[key]
 
 
 def row_excess_bound(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarray, capacity: int,
@@ -598,17 +625,16 @@ def row_excess_bound(attention: np.ndarray, lengths: np.ndarray, routed: np.ndar
     floors = np.asarray(floors, dtype=np.float64)
     lengths = np.asarray(lengths, dtype=np.int64)
     total = float(floors.sum())
-    terms = _full_rows(attention, lengths, routed, capacity, per_shard, num_shards, expert_rate, grid)
-    if terms is None:
-        return max(0.0, total)
     # hidden blocks: at most all R G; the DP counts up to ``top`` of them exactly and more
     # at ``top`` (charged the excess kept when all R G hide: valid, and such splits owe much)
-    blocks = int(num_rows) * int(num_shards)
-    top = min(blocks, int(span) * int(num_shards))
+    blocks, top = int(num_rows) * int(num_shards), _hidden_top(num_rows, num_shards, span)
+    tables = _split_tables(attention, lengths, routed, capacity, per_shard, num_shards, expert_rate, grid, top)
+    if tables is None:
+        return max(0.0, total)
+    terms, owed, floor = tables
     positive = floors > 0
     kept = total - _fractional_knapsack(lengths[positive].astype(np.float64), floors[positive],
                                         np.append(np.arange(top), blocks) * float(terms["k"] * capacity))  # [h]
-    owed, floor = _class_owed(terms, num_shards, top)
     best = float(np.min(np.maximum(owed, floor[:, None]) + kept[None, :]))
     return max(0.0, total, best - terms["excess"])
 
@@ -933,7 +959,7 @@ def cost_bounds(instance: Instance, num_rows: int, placement: Placement | None =
         else window.demand.sum(axis=(1, 2), dtype=np.int64)
     per_shard = cluster.dp // cluster.edp
     charge = full_row_charge(attention, window.lengths, routed, cluster.capacity, per_shard, cluster.edp,
-                             cost.gamma / cluster.ep)
+                             cost.gamma / cluster.ep, num_rows=num_rows)
     excess = 0.0 if placement is None else placement_row_excess(instance, num_rows, demand, attention)
     return CostBounds(attention_total, expert_total, attention, np.asarray(sample_expert, dtype=np.float64),
                       int(num_rows), cluster.edp, float(attention.sum()) / per_shard,
