@@ -414,6 +414,24 @@ def test_rank_major_demand_bounds_and_costs_match_the_cost_module():
     np.testing.assert_array_equal(a.rank_load, b.rank_load)
 
 
+def test_placement_bound_is_the_cost_module_bound_for_the_plan_placement():
+    """The heuristic's ``placement_bound`` (report_bounds, from the rank-major demand) is
+    cost_bounds for the plan's own placement (row excess included), at least the bound for
+    every placement, and ``placement_gap`` is the plan's relative gap to it."""
+    from rp_opt.cost import cost_bounds
+    from rp_opt.result import relative_gap
+
+    inst = small(samples=40, seed=3)
+    res = anneal.heuristic(inst, objective="sync", time_limit=2.0, seed=0, workers=1)
+    assert_checked(inst, res)
+    stats = res.stats
+    own = cost_bounds(inst, res.plan.num_rows, res.plan.placement)
+    assert stats["placement_bound"] == pytest.approx(own.objective("sync")[0], rel=1e-12)
+    assert stats["placement_bound"] >= stats["lower_bound"] * (1 - 1e-12)
+    assert stats["placement_gap"] == pytest.approx(relative_gap(res.score[0], stats["placement_bound"]))
+    assert res.score[0] >= stats["placement_bound"] * (1 - 1e-9)
+
+
 def test_block_and_kk_seeds_keep_constraints_and_cell_contents():
     """kk (repaired), blocks and blocks-kk seeds are valid layouts of R* rows (C, m,
     non-empty cells, checker); a blocks seed holds exactly its base's cell contents."""
