@@ -610,17 +610,19 @@ def row_excess_bound(attention: np.ndarray, lengths: np.ndarray, routed: np.ndar
     sum_l (tokens of i on rank p_l - tokens of i / P) for any one rank p_l per layer).
 
     The full-row charge and the expert excess bound the same sum, so each alone gives a
-    max; this adds them where they cannot overlap. A block with a cell without a
-    full-length sample in a row with a full-length sample ("hidden") may hide its excess
-    below M_r; every other block (k full-length cells, or a row without one) owes M_r -
-    Lambda_g >= J[r,g] - Lambda_g >= X - E >= the sum of its samples' c_i, which the
-    full-row charge does not count (it charges only hidden blocks). A row with f
-    full-length samples has at most min(G, D - f) hidden blocks, and they hold at most
-    k C tokens each: so the sum is at least the charge of the split of the full-length
-    samples into rows, plus sum_i c_i less the most c_i samples of h k C tokens can hold
-    (fractional knapsack of the positive c_i), h the split's hidden blocks; the least over
-    splits (a DP over full-length samples and hidden blocks) is the bound. Without a
-    full-length sample it is sum_i c_i.
+    max; this adds them where they cannot overlap. A block without a full-length sample in
+    a row with one ("hidden") may hide its excess below M_r; every other block owes the sum
+    of its samples' c_i beside what the charge counts for it: a block with a full-length
+    sample has J >= theta + X, so it owes M_r - Lambda_g >= (theta - its cells' mean) +
+    (X - E), its deficits (all the charge counts for it) plus at least its c_i; a block in
+    a row without one owes J[r,g] - Lambda_g >= X - E, which the charge does not count. A
+    row with f full-length samples in n blocks has G - n hidden blocks (G - ceil(f / k) at
+    most), and they hold at most k C tokens each and no full-length sample: so the sum is
+    at least the charge of the split of the full-length samples into rows, plus sum_i c_i
+    less the most c_i the other samples of h k C tokens can hold (fractional knapsack of
+    their positive c_i), h the split's hidden blocks; the least over splits (a DP over
+    full-length samples and hidden blocks) is the bound. Without a full-length sample it is
+    sum_i c_i.
     """
     floors = np.asarray(floors, dtype=np.float64)
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -632,7 +634,8 @@ def row_excess_bound(attention: np.ndarray, lengths: np.ndarray, routed: np.ndar
     if tables is None:
         return max(0.0, total)
     terms, owed, floor = tables
-    positive = floors > 0
+    # hidden blocks hold no full-length sample: only the others' floors can hide there
+    positive = (floors > 0) & (lengths < capacity)
     kept = total - _fractional_knapsack(lengths[positive].astype(np.float64), floors[positive],
                                         np.append(np.arange(top), blocks) * float(terms["k"] * capacity))  # [h]
     best = float(np.min(np.maximum(owed, floor[:, None]) + kept[None, :]))
@@ -707,21 +710,21 @@ def _class_owed(terms: dict, num_shards: int, top: int) -> tuple[np.ndarray, np.
     """(owed [G, top + 1], floor [G]) for the classes n_min = 1..G of layouts of the
     full-length samples into rows (class n_min < G: two-case rows have n >= n_min and one
     has n = n_min; class G: no two-case row): ``owed[c, h]`` the least the split bound
-    charges a layout of class c + 1 with h hidden blocks (min(G, D - f) per row; h >= top
-    counted at top), ``floor[c]`` the distinct-cells bound of the class (at its relief
+    charges a layout of class c + 1 with h hidden blocks (G - n per row of n blocks with a
+    full-length sample; h >= top counted at top), ``floor[c]`` the distinct-cells bound of the class (at its relief
     rate (G - n_min) rho / n_min per token of room)."""
     two_case, pooled, cheapest = terms["two_case"], terms["pooled"], terms["cheapest"]
     heavy, slots, rho = terms["heavy"], terms["slots"], terms["rho"]
     classes = np.arange(1, num_shards + 1)
-    # [G, f]: a two-case row of the class, and one with n = n_min exactly (none in class G)
-    allowed = np.full((num_shards, slots + 1), np.inf)
-    exact = np.full((num_shards, slots + 1), np.inf)
-    for c in classes[:-1]:
-        allowed[c - 1] = two_case[:, c:].min(axis=1)
-        exact[c - 1] = two_case[:, c]
     sizes = np.arange(1, slots + 1)
-    shift = np.minimum(num_shards, slots - sizes)               # hidden blocks of a row of f
-    width, pad = top + 1, int(shift.max(initial=0))
+    k = int(terms["k"])
+    # hidden blocks (those without a full-length sample; a block with one owes its excess
+    # beside its deficits, J >= theta + X): G - n in a two-case row of n blocks with one,
+    # and in a pooled row, n its least count of them (n = G, or n (k - 1) < f: a block of
+    # k full-length cells)
+    least = -(-sizes // k)
+    shift = num_shards - np.where(least * (k - 1) < sizes, least, num_shards)
+    width, pad = top + 1, num_shards
     # two-case rows of t samples and h hidden blocks: [0] without (free), [1] with (marked)
     # the n = n_min row; pooled rows: the least cells without a full-length sample (they
     # owe the cheapest of them, pooled). ``pad`` columns take the shift of one row before
@@ -735,20 +738,22 @@ def _class_owed(terms: dict, num_shards: int, top: int) -> tuple[np.ndarray, np.
         array[..., top] = array[..., top:].min(axis=-1)
         array[..., top + 1:] = np.inf
 
-    # rows of f samples grouped by their hidden blocks (one group for f <= D - G)
-    groups = [(int(h), sizes[shift == h]) for h in np.unique(shift)]
+    # two-case rows by their n (classes c <= n take them; class n marks them), pooled rows
+    # grouped by their hidden blocks
+    cases = [(int(n), sizes[np.isfinite(two_case[sizes, n])]) for n in classes[:-1]]
+    groups = [(int(h), sizes[(shift == h) & pooled[sizes]]) for h in np.unique(shift)]
     for t in range(1, heavy + 1):
-        for h, fs in groups:
+        for n, fs in cases:
             fs = fs[fs <= t]
             if fs.size == 0:
                 continue
-            back = t - fs
-            if np.isfinite(allowed[:, fs]).any() or np.isfinite(exact[:, fs]).any():
-                source = two[:, :, back, :width]                             # [2, G, |fs|, width]
-                best = (source + allowed[None, :, fs, None]).min(axis=2)
-                best[1] = np.minimum(best[1], (source[0] + exact[:, fs, None]).min(axis=1))
-                np.minimum(two[:, :, t, h:h + width], best, out=two[:, :, t, h:h + width])
-            fs = fs[pooled[fs]]
+            h, value = num_shards - n, two_case[fs, n]
+            source = two[:, :, t - fs, :width]                             # [2, G, |fs|, width]
+            best = (source + np.where(classes[:, None] <= n, value[None, :], np.inf)[None, :, :, None]).min(axis=2)
+            best[1, n - 1] = np.minimum(best[1, n - 1], (source[0, n - 1] + value[:, None]).min(axis=0))
+            np.minimum(two[:, :, t, h:h + width], best, out=two[:, :, t, h:h + width])
+        for h, fs in groups:
+            fs = fs[fs <= t]
             if fs.size:
                 best = (cells[t - fs, :width] + (slots - fs)[:, None]).min(axis=0)
                 np.minimum(cells[t, h:h + width], best, out=cells[t, h:h + width])

@@ -345,19 +345,35 @@ def test_row_excess_adds_the_charge_and_the_excess_outside_hidden_blocks():
     A (60 tokens, 222), B and D (30 tokens, 93 each). The full-length row's other cell owes
     at least 450 minus its ceiling, the least A plus 40 tokens of the 30-token samples at
     93/30 a token: 222 + 124 = 346, so the charge is 104. With excess floors c = [10, 0,
-    20, 20] (sum 50) that cell is the one hidden block, at most 100 tokens: the most floor
-    it can take is B and D (60 tokens, 40) and 40 tokens of F at 0.1 a token (4); the other
-    6 is owed beside the charge: 110, where the max of the two gave 104. Without a
-    full-length sample the bound is the floors' sum."""
+    20, 20] (sum 50) that cell is the one hidden block, at most 100 tokens and never F: the
+    most floor it can take is B and D (60 tokens, 40); F's 10 is owed beside the charge:
+    114, where the max of the two gave 104. Without a full-length sample the bound is the
+    floors' sum."""
     from rp_opt.cost import full_row_charge, row_excess_bound
 
     att, lengths = np.array([450.0, 222.0, 93.0, 93.0]), np.array([100, 60, 30, 30])
     floors = np.array([10.0, 0.0, 20.0, 20.0])
     assert full_row_charge(att, lengths, 2 * lengths, 100, 1, 2, 0.1) == pytest.approx(104.0)
-    assert row_excess_bound(att, lengths, 2 * lengths, 100, 1, 2, 0.1, floors, 2) == pytest.approx(110.0)
+    assert row_excess_bound(att, lengths, 2 * lengths, 100, 1, 2, 0.1, floors, 2) == pytest.approx(114.0)
     assert row_excess_bound(att, lengths, 2 * lengths, 100, 1, 2, 0.1, 10 * floors, 2) == pytest.approx(500.0)
     shorter = np.array([90, 60, 30, 30])
     assert row_excess_bound(att, shorter, 2 * shorter, 100, 1, 2, 0.1, floors, 2) == pytest.approx(50.0)
+
+
+def test_row_excess_hides_only_blocks_without_a_full_length_sample():
+    """C = 100, D = 4 slots in G = 2 shards (k = 2), one row: F (100 tokens) and A, B, E (90
+    tokens each, floors c = 30 each). F's block holds F and one of them; only the other
+    block (two cells, 200 tokens) hides excess: the most floor it can hold is 200 tokens at
+    30/90 a token, 200/3, so 90 - 200/3 is owed beside the charge. (Counting F's block
+    as hidden too, 400 tokens would hold all 90.)"""
+    from rp_opt.cost import full_row_charge, row_excess_bound
+
+    att, lengths = np.array([450.0, 400.0, 400.0, 400.0]), np.array([100, 90, 90, 90])
+    floors = np.array([0.0, 30.0, 30.0, 30.0])
+    charge = full_row_charge(att, lengths, 2 * lengths, 100, 2, 2, 0.1, num_rows=1)
+    assert charge > 0
+    bound = row_excess_bound(att, lengths, 2 * lengths, 100, 2, 2, 0.1, floors, 1)
+    assert bound == pytest.approx(charge + 90.0 - 200.0 / 3.0)
 
 
 @settings(max_examples=60, deadline=None)
