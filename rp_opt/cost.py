@@ -559,7 +559,9 @@ def full_row_charge(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarr
     a + b >= x, the row's cells' deficits (each row the cheapest cells: a relaxation). The
     least of a + (b - (G - n) rho s)^+ over these takes a at its floor, and the row owes
     its least over n and over intervals of s (delta at the interval's start, rho s at its
-    end; the first interval covers s = 0, e.g. a block of k full-length cells). A row
+    end; the first interval covers s = 0, e.g. a block of k full-length cells; s <=
+    (k - ceil(f/n)) C, since g_f has at least as many tokens as the block with the most
+    full-length samples). A row
     whose blocks all hold one (n = G), or whose f samples leave a block of k full-length
     cells (n (k - 1) < f), owes x, pooled over such rows (their cells are distinct). A DP
     over how the full-length samples split into rows takes the least. Each row alone takes
@@ -682,6 +684,7 @@ def _full_rows(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarray, c
     # g_f's room s lies in [j step, (j+1) step) for some j (the last interval reaches the
     # most room a block with a full-length cell can have, (k - 1) C)
     room_top = np.append(np.arange(1, grid + 1) * step, (k - 1) * capacity)
+    room_start = np.arange(grid + 1) * step
     room_deficit = np.append(0.0, delta[1:])       # s in [0, step) may be 0: k full cells
     # per row with f full-length samples: "pooled" (owes its cells' deficits) or the least
     # over the interval of s of the two-case bound with its cheapest cells, for each n
@@ -697,9 +700,12 @@ def _full_rows(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarray, c
                 # then has a cell with room), >= n delta(s) / k; the others b - (G - n) rho s,
                 # b >= their (G - n) k cells', a + b >= x; the least of a + (b - that)^+
                 # takes a at its floor (raising a lowers it no more)
-                a = np.maximum(n * room_deficit / k, cheapest[n * k - f])
+                # g_f holds at least ceil(f / n) of them: s <= (k - ceil(f / n)) C
+                fits = room_start <= (k - -(-f // n)) * capacity
+                a = np.maximum(n * room_deficit / k, cheapest[n * k - f])[fits]
                 b = np.maximum(cheapest[(num_shards - n) * k], x - a)
-                value = float(np.min(a + np.maximum(b - (num_shards - n) * rho * room_top, 0.0)))
+                relief = (num_shards - n) * rho * np.minimum(room_top[fits], (k - -(-f // n)) * capacity)
+                value = float(np.min(a + np.maximum(b - relief, 0.0)))
                 two_case[f, n] = max(0.0, value)
     return {"two_case": two_case, "pooled": pooled, "cheapest": cheapest, "excess": excess, "k": k,
             "heavy": heavy, "slots": slots, "rho": rho, "theta": theta, "full": full, "attention": attention,
