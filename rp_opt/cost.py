@@ -622,9 +622,9 @@ def row_excess_bound(attention: np.ndarray, lengths: np.ndarray, routed: np.ndar
     most), and they hold at most k C tokens each and no full-length sample: so the sum is
     at least the charge of the split of the full-length samples into rows, plus sum_i c_i
     less the most c_i the other samples of h k C tokens can hold (fractional knapsack of
-    their positive c_i), h the split's hidden blocks; the least over splits (a DP over
-    full-length samples and hidden blocks) is the bound. Without a full-length sample it is
-    sum_i c_i.
+    their positive c_i, and never below 0: every block's X - E >= 0), h the split's hidden
+    blocks; the least over splits (a DP over full-length samples and hidden blocks) is the
+    bound. Without a full-length sample it is sum_i c_i.
     """
     floors = np.asarray(floors, dtype=np.float64)
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -638,8 +638,10 @@ def row_excess_bound(attention: np.ndarray, lengths: np.ndarray, routed: np.ndar
     terms, owed, floor = tables
     # hidden blocks hold no full-length sample: only the others' floors can hide there
     positive = (floors > 0) & (lengths < capacity)
-    kept = total - _fractional_knapsack(lengths[positive].astype(np.float64), floors[positive],
-                                        np.append(np.arange(top), blocks) * float(terms["k"] * capacity))  # [h]
+    # (each block's X - E >= 0 too: what the other blocks keep is never below 0)
+    kept = np.maximum(total - _fractional_knapsack(lengths[positive].astype(np.float64), floors[positive],
+                                                   np.append(np.arange(top), blocks) * float(terms["k"] * capacity)),
+                      0.0)  # [h]
     best = float(np.min(np.maximum(owed, floor[:, None]) + kept[None, :]))
     return max(0.0, total, best - terms["excess"])
 

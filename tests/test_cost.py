@@ -347,14 +347,17 @@ def test_row_excess_adds_the_charge_and_the_excess_outside_hidden_blocks():
     93/30 a token: 222 + 124 = 346, so the charge is 104. With excess floors c = [10, 0,
     20, 20] (sum 50) that cell is the one hidden block, at most 100 tokens and never F: the
     most floor it can take is B and D (60 tokens, 40); F's 10 is owed beside the charge:
-    114, where the max of the two gave 104. Without a full-length sample the bound is the
-    floors' sum."""
+    114, where the max of the two gave 104. With F's floor -30 instead (sum 10), the hidden
+    cell could take 40 of floors: the other blocks keep 0, not -30, and the bound stays at
+    the charge, 104. Without a full-length sample the bound is the floors' sum."""
     from rp_opt.cost import full_row_charge, row_excess_bound
 
     att, lengths = np.array([450.0, 222.0, 93.0, 93.0]), np.array([100, 60, 30, 30])
     floors = np.array([10.0, 0.0, 20.0, 20.0])
     assert full_row_charge(att, lengths, 2 * lengths, 100, 1, 2, 0.1) == pytest.approx(104.0)
     assert row_excess_bound(att, lengths, 2 * lengths, 100, 1, 2, 0.1, floors, 2) == pytest.approx(114.0)
+    mixed = np.array([-30.0, 0.0, 20.0, 20.0])
+    assert row_excess_bound(att, lengths, 2 * lengths, 100, 1, 2, 0.1, mixed, 2) == pytest.approx(104.0)
     assert row_excess_bound(att, lengths, 2 * lengths, 100, 1, 2, 0.1, 10 * floors, 2) == pytest.approx(500.0)
     shorter = np.array([90, 60, 30, 30])
     assert row_excess_bound(att, shorter, 2 * shorter, 100, 1, 2, 0.1, floors, 2) == pytest.approx(50.0)
