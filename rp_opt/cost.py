@@ -561,9 +561,8 @@ def full_row_charge(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarr
     its least over n and over intervals of s (delta at the interval's start, rho s at its
     end; the first interval covers s = 0, e.g. a block of k full-length cells; s <=
     (k - ceil(f/n)) C, since g_f has at least as many tokens as the block with the most
-    full-length samples). A row
-    whose blocks all hold one (n = G), or whose f samples leave a block of k full-length
-    cells (n (k - 1) < f), owes x, pooled over such rows (their cells are distinct). A DP
+    full-length samples). A row whose blocks all hold one (n = G), or whose f samples leave
+    a block of k full-length cells (n (k - 1) < f), owes x, pooled over such rows (their cells are distinct). A DP
     over how the full-length samples split into rows takes the least. Each row alone takes
     the cheapest cells, the same for every two-case row; the rows' cells are distinct,
     which :func:`_distinct_cells` bounds too, by the class of layouts whose two-case rows
@@ -719,8 +718,8 @@ def _class_owed(terms: dict, num_shards: int, top: int) -> tuple[np.ndarray, np.
     full-length samples into rows (class n_min < G: two-case rows have n >= n_min and one
     has n = n_min; class G: no two-case row): ``owed[c, h]`` the least the split bound
     charges a layout of class c + 1 with h hidden blocks (G - n per row of n blocks with a
-    full-length sample; h >= top counted at top), ``floor[c]`` the distinct-cells bound of the class (at its relief
-    rate (G - n_min) rho / n_min per token of room)."""
+    full-length sample; h >= top counted at top), ``floor[c]`` the distinct-cells bound of
+    the class (at its relief rate (G - n_min) rho / n_min per token of room)."""
     two_case, pooled, cheapest = terms["two_case"], terms["pooled"], terms["cheapest"]
     heavy, slots, rho = terms["heavy"], terms["slots"], terms["rho"]
     classes = np.arange(1, num_shards + 1)
@@ -756,10 +755,10 @@ def _class_owed(terms: dict, num_shards: int, top: int) -> tuple[np.ndarray, np.
             if fs.size == 0:
                 continue
             h, value = num_shards - n, two_case[fs, n]
-            source = two[:, :, t - fs, :width]                             # [2, G, |fs|, width]
-            best = (source + np.where(classes[:, None] <= n, value[None, :], np.inf)[None, :, :, None]).min(axis=2)
+            source = two[:, :n, t - fs, :width]                            # [2, n, |fs|, width]
+            best = (source + value[None, None, :, None]).min(axis=2)       # classes 1..n take it
             best[1, n - 1] = np.minimum(best[1, n - 1], (source[0, n - 1] + value[:, None]).min(axis=0))
-            np.minimum(two[:, :, t, h:h + width], best, out=two[:, :, t, h:h + width])
+            np.minimum(two[:, :n, t, h:h + width], best, out=two[:, :n, t, h:h + width])
         for h, fs in groups:
             fs = fs[fs <= t]
             if fs.size:
