@@ -562,9 +562,9 @@ def full_row_charge(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarr
     end; the first interval covers s = 0, e.g. a block of k full-length cells; s <=
     (k - ceil(f/n)) C, since g_f has at least as many tokens as the block with the most
     full-length samples). A row whose blocks all hold one (n = G), or whose f samples leave
-    a block of k full-length cells (n (k - 1) < f), owes x, pooled over such rows (their cells are distinct). A DP
-    over how the full-length samples split into rows takes the least. Each row alone takes
-    the cheapest cells, the same for every two-case row; the rows' cells are distinct,
+    a block of k full-length cells (n (k - 1) < f), owes x, pooled over such rows (their
+    cells are distinct). A DP over how the full-length samples split into rows takes the
+    least. Each row alone takes the cheapest cells, the same for every two-case row; the rows' cells are distinct,
     which :func:`_distinct_cells` bounds too, by the class of layouts whose two-case rows
     have n >= n_min, one of them n = n_min: the charge is the least over the classes of the
     larger of the two. ``num_rows`` (R, optional) only sizes the DP's tables so that
