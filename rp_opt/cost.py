@@ -774,17 +774,12 @@ def _class_owed(terms: dict, num_shards: int, top: int) -> tuple[np.ndarray, np.
     rows_owed = two[1, :, :, :width].copy()
     rows_owed[-1] = two[0, -1, :, :width]                       # class G: no two-case row
     # the split's hidden blocks add: h1 two-case, h2 pooled
+    # (t two-case samples beside heavy - t pooled ones, every t at once)
     owed = np.full((num_shards, 2 * width), np.inf)
-    for t in range(heavy + 1):
-        rows, rest = rows_owed[:, t], pooled_owed[heavy - t]
-        left, right = np.flatnonzero(np.isfinite(rows).any(axis=0)), np.flatnonzero(np.isfinite(rest))
-        # loop over the sparser side (two-case rows hide G blocks each, mostly)
-        if left.size and right.size and left.size <= right.size:
-            for h in left:
-                np.minimum(owed[:, h:h + width], rest[None, :] + rows[:, h, None], out=owed[:, h:h + width])
-        elif left.size and right.size:
-            for h in right:
-                np.minimum(owed[:, h:h + width], rows + rest[h], out=owed[:, h:h + width])
+    rest = pooled_owed[::-1]                                    # [t, h2]: heavy - t pooled
+    for h in np.flatnonzero(np.isfinite(rows_owed).any(axis=(0, 1))):
+        joined = (rows_owed[:, :, h, None] + rest[None, :, :]).min(axis=1)     # [G, h2]
+        np.minimum(owed[:, h:h + width], joined, out=owed[:, h:h + width])
     fold(owed)
     owed = owed[:, :width]
     small_room = _distinct_cells(terms["attention"], terms["lengths"], terms["capacity"], terms["full"],
