@@ -564,10 +564,10 @@ def full_row_charge(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarr
     full-length samples). A row whose blocks all hold one (n = G), or whose f samples leave
     a block of k full-length cells (n (k - 1) < f), owes x, pooled over such rows (their
     cells are distinct). A DP over how the full-length samples split into rows takes the
-    least. Each row alone takes the cheapest cells, the same for every two-case row; the rows' cells are distinct,
-    which :func:`_distinct_cells` bounds too, by the class of layouts whose two-case rows
-    have n >= n_min, one of them n = n_min: the charge is the least over the classes of the
-    larger of the two. ``num_rows`` (R, optional) only sizes the DP's tables so that
+    least. Each row alone takes the cheapest cells, the same for every two-case row; the
+    rows' cells are distinct, which :func:`_distinct_cells` bounds too, by the class of
+    layouts whose two-case rows have n >= n_min, one of them n = n_min: the charge is the
+    least over the classes of the larger of the two. ``num_rows`` (R, optional) only sizes the DP's tables so that
     :func:`row_excess_bound` of the same window and R reuses them; the charge is the same.
     """
     tables = _split_tables(attention, lengths, routed, capacity, per_shard, num_shards, expert_rate, grid,
@@ -959,7 +959,8 @@ def cost_bounds(instance: Instance, num_rows: int, placement: Placement | None =
         sample_expert = cost.gamma * np.maximum(widest, share).sum(axis=1)
     else:
         demand = rank_demand(window, placement)                                # [N, L, P]
-        expert_total = cost.gamma * float(demand.sum(axis=0).max(axis=1).sum())
+        rank_loads = demand.sum(axis=0)                                        # [L, P]
+        expert_total = cost.gamma * float(rank_loads.max(axis=1).sum())
         sample_expert = cost.gamma * demand.max(axis=2).sum(axis=1).astype(np.float64)
     # rows that hold a full-length sample (sync's row maxima): needs the routed tokens
     routed = np.asarray(tokens, dtype=np.int64).sum(axis=1) if tokens is not None \
@@ -967,22 +968,25 @@ def cost_bounds(instance: Instance, num_rows: int, placement: Placement | None =
     per_shard = cluster.dp // cluster.edp
     charge = full_row_charge(attention, window.lengths, routed, cluster.capacity, per_shard, cluster.edp,
                              cost.gamma / cluster.ep, num_rows=num_rows)
-    excess = 0.0 if placement is None else placement_row_excess(instance, num_rows, demand, attention)
+    excess = 0.0 if placement is None else placement_row_excess(instance, num_rows, demand, attention, rank_loads)
     return CostBounds(attention_total, expert_total, attention, np.asarray(sample_expert, dtype=np.float64),
                       int(num_rows), cluster.edp, float(attention.sum()) / per_shard,
                       cost.gamma / cluster.ep * float(routed.sum()), charge, excess)
 
 
 def placement_row_excess(instance: Instance, num_rows: int, demand_by_rank: np.ndarray,
-                         attention: np.ndarray) -> float:
+                         attention: np.ndarray, rank_loads: np.ndarray | None = None) -> float:
     """:func:`row_excess_bound` of one placement, from its ``demand_by_rank`` [N, L, P]
     (``rank_demand``) and the samples' ``attention`` [N]. Each sample's floor c_i is gamma
     sum_l (its tokens on the busiest rank of the window's layer l - its tokens / P): a
     block's X - E is at least the sum over its samples, since its max over ranks is at
-    least its load on that one rank."""
+    least its load on that one rank. ``rank_loads`` [L, P] (``demand_by_rank`` summed over
+    the samples) spares that pass when the caller has it."""
     cluster, cost = instance.cluster, instance.cost
     tokens = demand_by_rank.sum(axis=2, dtype=np.int64)                       # [N, L]
-    busiest = demand_by_rank.sum(axis=0, dtype=np.int64).argmax(axis=1)       # [L]
+    if rank_loads is None:
+        rank_loads = demand_by_rank.sum(axis=0, dtype=np.int64)
+    busiest = np.asarray(rank_loads).argmax(axis=1)                           # [L]
     on_busiest = np.take_along_axis(demand_by_rank, busiest[None, :, None], axis=2)[:, :, 0]
     floors = cost.gamma * (on_busiest - tokens / cluster.ep).sum(axis=1)
     return row_excess_bound(attention, instance.window.lengths, tokens.sum(axis=1), cluster.capacity,

@@ -1439,7 +1439,8 @@ def report_bounds(instance: Instance, placement: Placement, num_rows: int, objec
     rank_loads = demand_by_rank.sum(axis=0)                                # [L, P]
     own = replace(analytic, expert_total=gamma * float(rank_loads.max(axis=1).sum()),
                   sample_expert=gamma * demand_by_rank.max(axis=2).sum(axis=1).astype(np.float64),
-                  row_excess=placement_row_excess(instance, num_rows, demand_by_rank, analytic.sample_attention))
+                  row_excess=placement_row_excess(instance, num_rows, demand_by_rank, analytic.sample_attention,
+                                                  rank_loads))
     out["placement_bound"] = own.objective(objective)[0]
     if baseline:
         out.update(baseline_score(instance, num_rows, objective, ffd))
