@@ -10,7 +10,9 @@ Rules, each a different view of the window:
   over rows and (row, shard) blocks (:func:`block_layout`): rows by attention, blocks
   balanced on per-layer rank loads;
 - ``greedy``: expert-aware greedy: samples in decreasing cost (attention + expert cost
-  alone), each to the feasible cell whose choice raises the partial objective least.
+  alone), each to the feasible cell whose choice raises the partial objective least;
+- ``anchors``: the R*·D longest samples one to a cell in decreasing length, the others
+  poured row by row to the levels of a fluid LP (:mod:`.anchors`).
 
 A rule that cannot produce a valid layout of exactly R* rows (capacity, the per-cell limit
 m, every cell non-empty) is skipped; :func:`layout_violation` is the validity test.
@@ -279,6 +281,10 @@ def seed_layouts(instance: Instance, num_rows: int, demand_by_rank: np.ndarray, 
                 layout = None if base is None else block_layout(instance, base, demand_by_rank)
             elif rule == "greedy":
                 layout = greedy_layout(instance, num_rows, demand_by_rank)
+            elif rule == "anchors":
+                from .anchors import anchor_layout
+
+                layout = anchor_layout(instance, num_rows)
             else:
                 raise ValueError(f"unknown seed rule {rule!r}")
         except Exception as exc:
