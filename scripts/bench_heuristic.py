@@ -110,7 +110,7 @@ def production(seconds: float, samples: int = 4096, reference: float = 0.0, corr
           f"{heur.stats.get('report_seconds', 0):.2f} s")
     print("heuristic timings", {k: round(v, 2) for k, v in heur.stats["timings"].items()},
           "seeds", heur.stats["seeds"], "seed energies", {k: f"{v:.6g}" for k, v in heur.stats["seed_energy"].items()},
-          "search workers", heur.stats.get("search_workers"))
+          "search workers", heur.stats.get("search_workers"), "search start", heur.stats.get("search_start"))
     print("search", heur.stats["search"])
 
 

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from rp_opt import synth
 from rp_opt.check import check, check_plan
 from rp_opt.cost import rank_demand
-from rp_opt.errors import InputError
 from rp_opt.packing import anneal
 from rp_opt.packing.anchors import anchor_layout, fluid_levels
 from rp_opt.packing.seeds import layout_violation, seed_layouts
@@ -144,11 +143,3 @@ def test_preferred_start_takes_the_anchor_seed_only_within_the_margin():
     assert name == "anchors" and energy == 100.05 and np.array_equal(layout, starts[1])
     layout, energy, name = anneal._preferred_start(names, starts, [100.0, 100.05], starts[0], 100.0, 1e-4)
     assert name == "greedy" and energy == 100.0 and np.array_equal(layout, starts[0])
-
-
-def test_anchor_margin_option_is_checked():
-    """A negative or non-numeric ``anchor_margin`` is a one-line input error naming it."""
-    inst = window(samples=32)
-    for bad in (-0.1, "x"):
-        with pytest.raises(InputError, match="anchor_margin"):
-            anneal.heuristic(inst, time_limit=1.0, anchor_margin=bad)

@@ -40,10 +40,11 @@ from __future__ import annotations
 
 import bisect
 
+import highspy
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import linprog
 
+from .._highs import run as run_highs, silence_banner
 from ..cost import stage_work
 from ..solution import Layout
 from ..window import Instance
@@ -53,9 +54,11 @@ from ..window import Instance
 # about 1e-6 of the objective)
 ROW_TIE = 1e-6
 
+silence_banner()
+
 
 def fluid_levels(work: np.ndarray, expert: np.ndarray, room: np.ndarray, per_shard: int, num_shards: int,
-                 filler_tokens: float, filler_work: float, filler_expert: float) -> tuple[np.ndarray, np.ndarray] | None:
+                 filler_tokens: float, filler_work: float, filler_expert: float) -> tuple[np.ndarray, ...] | None:
     """The fluid LP of the module docstring over the cells of whole rows.
 
     Parameters
@@ -69,7 +72,8 @@ def fluid_levels(work: np.ndarray, expert: np.ndarray, room: np.ndarray, per_sha
 
     Returns
     -------
-    (fill [cells], level [blocks]) or None when the fillers do not fit (sum room < F).
+    (fill f [cells], level lambda [blocks], row cost M [rows]), or None when the fillers do
+    not fit (sum room < F).
     """
     cells = work.size
     blocks = cells // per_shard
@@ -91,13 +95,25 @@ def fluid_levels(work: np.ndarray, expert: np.ndarray, room: np.ndarray, per_sha
     block_expert = np.bincount(cell_block, weights=expert, minlength=blocks)
     # sum_c f_c = F
     total = sp.csr_matrix((np.ones(cells), (np.zeros(cells, dtype=np.int64), c_idx)), shape=(1, nv))
+    matrix = sp.vstack([work_rows, cost_rows, total]).tocsc()
+    matrix.sort_indices()
     objective = np.r_[ROW_TIE * block_row[cell_block], np.zeros(blocks), np.ones(rows)]
-    bounds = np.c_[np.r_[np.zeros(cells), np.full(blocks + rows, -np.inf)], np.r_[room, np.full(blocks + rows, np.inf)]]
-    res = linprog(objective, A_ub=sp.vstack([work_rows, cost_rows]).tocsr(), b_ub=np.r_[-work, -block_expert],
-                  A_eq=total, b_eq=[filler_tokens], bounds=bounds, method="highs")
-    if res.status != 0 or res.x is None:
+    inf = highspy.kHighsInf
+    lower = np.r_[np.full(cells + blocks, -inf), [filler_tokens]]
+    upper = np.r_[-work, -block_expert, [filler_tokens]]
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    h.passModel(nv, matrix.shape[0], int(matrix.nnz), int(highspy.MatrixFormat.kColwise),
+                int(highspy.ObjSense.kMinimize), 0.0, objective,
+                np.r_[np.zeros(cells), np.full(blocks + rows, -inf)], np.r_[room, np.full(blocks + rows, inf)],
+                lower, upper, matrix.indptr[:-1].astype(np.int32), matrix.indices.astype(np.int32),
+                matrix.data.astype(np.float64), np.zeros(nv, dtype=np.int32))
+    run_highs(h)      # a Ctrl-C stops the solve at once (KeyboardInterrupt)
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None
-    return res.x[:cells], res.x[lam:big_m], res.x[big_m:]
+    x = np.asarray(h.getSolution().col_value)
+    return x[:cells], x[lam:big_m], x[big_m:]
 
 
 def anchor_layout(instance: Instance, num_rows: int, max_solves: int = 16) -> Layout | None:
@@ -196,9 +212,16 @@ class _Fill:
     def room(self, cells) -> np.ndarray:
         return np.where(self.count[cells] < self.limit, self.capacity - self.tokens[cells], 0)
 
-    def take(self, pos: int, cell: int) -> None:
+    def take(self, pos: int, cell: int) -> int:
+        """Place the filler at ``pos`` of ``left`` in ``cell``; returns the sample."""
         self.left_key.pop(pos)
-        self.add(np.array([self.left.pop(pos)]), np.array([cell]))
+        i = self.left.pop(pos)
+        self.cell_of[i] = cell
+        self.work[:, cell] += self.stages[:, i]
+        self.tokens[cell] += self.lengths[i]
+        self.count[cell] += 1
+        self.expert[cell] += self.share[i]
+        return i
 
     def block_costs(self, row) -> tuple[np.ndarray, np.ndarray]:
         """(per-stage maxima [S, blocks], expert [blocks]) of the row's blocks."""
@@ -211,20 +234,20 @@ class _Fill:
         takes the largest filler that stays within the level and the cell's room, until none
         fits."""
         open_cell = self.room(row) > 0
+        deficit = level - self.work[:, row].sum(axis=0)
         while self.left:
-            deficit = np.where(open_cell, level - self.work[:, row].sum(axis=0), -np.inf)
-            j = int(np.argmax(deficit))
-            if deficit[j] <= 0:
+            j = int(np.argmax(np.where(open_cell, deficit, -np.inf)))
+            if not open_cell[j] or deficit[j] <= 0:
                 break
             c = int(row[j])
             pos = bisect.bisect_right(self.left_key, deficit[j]) - 1
-            room = self.room(row[j:j + 1])[0]
+            room = self.capacity - self.tokens[c] if self.count[c] < self.limit else 0
             while pos >= 0 and self.lengths[self.left[pos]] > room:
                 pos -= 1
             if pos < 0:
                 open_cell[j] = False
                 continue
-            self.take(pos, c)
+            deficit[j] -= self.stages[:, self.take(pos, c)].sum()
 
     def top_up(self, row, later_room: int) -> bool:
         """While the rooms after ``row`` cannot hold the fillers left, ``row`` takes the

@@ -936,7 +936,10 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     0 without ``temperatures``: the search starts from the best seed; 0.3 with them; an
     anneal from the search's local optimum and the seeds runs, with at least 0.3 of the
     time left, whenever the search stops at one), ``no_improvement``, ``seeds`` (seed rules,
-    default witness, ffd, kk, blocks, blocks-kk, and greedy when it fits the budget),
+    default witness, ffd, kk, blocks, blocks-kk, greedy when it fits the budget, and anchors
+    (:mod:`.anchors`) when the primary is a sum over rows of maxima such as ``sync``),
+    ``anchor_margin`` (the search starts from the anchor seed when its energy is within
+    this fraction of the best seed's, default 0.001),
     ``num_rows``, ``search`` (default True), ``search_cap`` (at most that many samples of a
     block per evaluation, default None: whole blocks), ``search_screen`` (swaps evaluated
     exactly per block pair after the lower-bound screen, default 32; None: all),
