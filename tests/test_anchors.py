@@ -121,17 +121,31 @@ def test_seed_rule_anchors_is_a_valid_seed():
     np.testing.assert_array_equal(seeds["anchors"].cell_of, anchor_layout(inst, rows).cell_of)
 
 
-@pytest.mark.parametrize("objective, expected", [("sync", True), ("shard", False)])
-def test_heuristic_adds_the_anchor_seed_for_sums_of_row_maxima(objective, expected):
-    """The default seed rules include ``anchors`` for ``sync`` (a sum over rows of maxima),
-    not for ``shard``; the plan passes the checker either way."""
+@pytest.mark.parametrize("objective", ["sync", "shard"])
+def test_heuristic_probes_the_anchor_seed_for_sums_of_row_maxima(objective):
+    """For ``sync`` (a sum over rows of maxima) the heuristic weighs the greedy seed's gap
+    to the bound (``stats["anchor_probe"]``) and adds the ``anchors`` seed exactly when
+    attention outweighs the expert excess there; for ``shard`` there is no probe and no
+    anchor seed. The plan passes the checker either way."""
     inst = window(samples=64)
     result = anneal.heuristic(inst, objective=objective, time_limit=3.0, temperatures=2, search_evaluations=20,
                               refine=False)
-    assert ("anchors" in result.stats["seeds"]) is expected
+    probe = result.stats.get("anchor_probe")
+    if objective == "sync":
+        assert set(probe) == {"attention", "expert"}
+        assert ("anchors" in result.stats["seeds"]) is anneal._anchors_pay(probe)
+    else:
+        assert probe is None and "anchors" not in result.stats["seeds"]
     report = check(inst, result.plan)
     assert report.valid, report.violations
     np.testing.assert_allclose(report.score, result.score, rtol=1e-9)
+
+
+def test_anchors_pay_when_attention_outweighs_the_expert_excess():
+    """The probe's rule on the two production windows' greedy splits (docs/benchmarks.md):
+    attention 0.40 % and expert 0.06 % builds the seed, 0.38 % and 4.29 % does not."""
+    assert anneal._anchors_pay({"attention": 0.0040, "expert": 0.0006})
+    assert not anneal._anchors_pay({"attention": 0.0038, "expert": 0.0429})
 
 
 def test_preferred_start_takes_the_anchor_seed_only_within_the_margin():
