@@ -974,6 +974,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     signal to this one and exit quietly).
     """
     from .baseline import proven_status
+    from .anchors import anchor_seconds
     from .seeds import greedy_seconds, layout_violation, seed_layouts
 
     started = time.perf_counter()
@@ -1121,7 +1122,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         probe = seeds.get("greedy", next(iter(seeds.values())))
         split = lower_bounds.gap_split(layout_costs(instance, placement, probe, demand), objective)
         stats["anchor_probe"] = {key: float(split[key]) for key in ("attention", "expert")}
-        if _anchors_pay(split) and (seeds_deadline is None or time.perf_counter() < seeds_deadline):
+        affordable = deterministic or anchor_seconds(num_rows * cluster.dp) <= 0.25 * time_limit
+        if _anchors_pay(split) and affordable and (seeds_deadline is None or time.perf_counter() < seeds_deadline):
             more = seed_layouts(instance, num_rows, demand, None, ("anchors",))
             if more:
                 seeds.update(more)
