@@ -164,13 +164,15 @@ def kernel(samples: int = 4096, seconds: float = 3.0, cache: str = "/tmp"):
 
 
 def scaling(seconds: float, sizes=(512, 1024, 2048, 4096, 8192, 16384), cache: str = "/tmp",
-            objective: str = "sync"):
+            objective: str = "sync", corr: float | None = None):
+    """Plan time and quality from N = 512 to 16384 (``corr``: the windows' routing
+    correlation, as for the production window; None: the generator's default)."""
     print("| N | R* | blocks | plan s (limit) | placement | R* | rank demand | seeds | regroup | bounds | anneal | search | "
-          "score | primary vs LPT+ffd | vs bound | search block pairs |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "score | primary vs LPT+ffd | vs bound | search start | search block pairs |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     import rp_opt.placement  # noqa: F401
     for n in sizes:
-        inst = window(n, cache)
+        inst = window(n, cache, corr)
         r = get_solver("heuristic")(inst, objective=objective, time_limit=seconds, seed=0, report_baseline=False)
         assert check(inst, r.plan).valid
         lpt = get_solver("lpt-ffd")(inst, objective=objective).score[0]
@@ -181,7 +183,7 @@ def scaling(seconds: float, sizes=(512, 1024, 2048, 4096, 8192, 16384), cache: s
                                                              "anneal", "search", "score"))
         print(f"| {n} | {r.plan.num_rows} | {r.plan.num_rows * inst.cluster.edp} | {r.seconds:.2f} ({seconds}) | "
               f"{phases} | {100 * (r.score[0] - lpt) / lpt:+.2f} % | {100 * (r.score[0] - r.bound) / r.bound:+.2f} % | "
-              f"{evals} |")
+              f"{r.stats.get('search_start', '-')} | {evals} |")
 
 
 if __name__ == "__main__":
@@ -194,7 +196,8 @@ if __name__ == "__main__":
     parser.add_argument("--reference", type=float, default=0.0, help="also a long run of that many seconds")
     parser.add_argument("--kernel", action="store_true")
     parser.add_argument("--routing-corr", type=float, default=None,
-                        help="production window with this group and topic routing correlation (default 0.5)")
+                        help="production and scaling windows with this group and topic routing correlation "
+                             "(default 0.5)")
     parser.add_argument("--samples", type=int, default=4096, help="N of the production and kernel windows")
     parser.add_argument("--kernel-seconds", type=float, default=3.0, help="seconds per kernel measurement")
     parser.add_argument("--sizes", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384],
@@ -210,4 +213,4 @@ if __name__ == "__main__":
     if args.kernel:
         kernel(args.samples, args.kernel_seconds, args.cache)
     if args.scaling:
-        scaling(args.time, args.sizes, args.cache, args.objective)
+        scaling(args.time, args.sizes, args.cache, args.objective, args.routing_corr)

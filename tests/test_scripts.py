@@ -54,11 +54,12 @@ def test_bench_heuristic_all_parts(tmp_path):
 def test_bench_heuristic_routing_corr_window(tmp_path):
     """``--routing-corr`` builds (and caches) its own window beside the default one, in a
     ``--cache`` folder that did not exist yet (made, not a traceback after the window was
-    built)."""
+    built); the scaling table plans that window too (one window in the cache)."""
     cache = tmp_path / "new" / "cache"
     out = run_script("bench_heuristic", "--production", "--samples", "128", "--time", "0.3", "--routing-corr", "0",
-                     "--cache", str(cache))
+                     "--scaling", "--sizes", "128", "--cache", str(cache))
     assert len(table_rows(out, "heuristic")) == 1
+    assert len(table_rows(out, "128")) == 1  # the scaling row
     assert os.listdir(cache) == ["rp_bench_ling_flash_128_corr0.npz"]
 
 
