@@ -42,9 +42,11 @@ Deterministic for a seed and a worker count when stopped by temperature steps
 Time-limited runs
 -----------------
 Under a time limit the plan is: placement, R*, the rank-major demand
-(:func:`rp_opt.cost.rank_demand_major`), the seeds (the ``blocks`` seed is the usual start), then the
-block-pair search (:mod:`.improve`, screened swaps; on two processes by row groups when a
-core is free); the anneal runs only to leave a local optimum of the search. Measured
+(:func:`rp_opt.cost.rank_demand_major`), the seeds (the best scoring one is the usual start;
+under ``sync``, where the greedy seed sits above the bound mostly by attention, the anchor
+seed of :mod:`.anchors` when it scores within 0.1 % of the best), then the block-pair
+search (:mod:`.improve`, screened swaps; on two processes by row groups when a core is
+free); the anneal runs only to leave a local optimum of the search. Measured
 (scripts/bench_heuristic.py, N = 16 to 16384): per second the search lowers the energy
 more than the anneal. With ``temperatures=`` (deterministic) the anneal runs first.
 """
