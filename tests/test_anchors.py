@@ -150,10 +150,14 @@ def test_anchors_pay_when_attention_outweighs_the_expert_excess():
 
 def test_preferred_start_takes_the_anchor_seed_only_within_the_margin():
     """Energies 100 (greedy) and 100.05 (anchors): within 0.1 % the anchor seed starts; with
-    a margin of 0.01 % the best seed does."""
+    a margin of 0.01 % the best seed does; a warm start scoring best is never replaced."""
     starts = [np.array([0, 1]), np.array([1, 0])]
     names = ["greedy", "anchors"]
     layout, energy, name = anneal._preferred_start(names, starts, [100.0, 100.05], starts[0], 100.0, 1e-3)
     assert name == "anchors" and energy == 100.05 and np.array_equal(layout, starts[1])
     layout, energy, name = anneal._preferred_start(names, starts, [100.0, 100.05], starts[0], 100.0, 1e-4)
     assert name == "greedy" and energy == 100.0 and np.array_equal(layout, starts[0])
+    # a warm start (the previous step's plan) that scores best stays the start
+    layout, energy, name = anneal._preferred_start(["warm_start", "anchors"], starts, [100.0, 100.05], starts[0],
+                                                   100.0, 1e-3)
+    assert name == "warm_start" and np.array_equal(layout, starts[0])

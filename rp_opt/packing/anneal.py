@@ -1384,9 +1384,10 @@ def _preferred_start(names: list, starts: list, energies, found: np.ndarray, ene
     search does not reach from the others (measured, docs/benchmarks.md: on the N = 4096
     ling-flash-like window with uncorrelated routing, 0.04 % above the greedy seed, 0.09 %
     below it after the 5-s search); on windows where it starts several per cent higher
-    the best seed starts."""
+    the best seed starts, and so does a warm start that scores best."""
     best_name = names[int(np.argmin(energies))] if energies else "best"
-    if "anchors" in names and energies:
+    # a warm start that scores best (the previous step's plan) stays the start
+    if "anchors" in names and energies and best_name != "warm_start":
         k = names.index("anchors")
         if energies[k] <= energy + margin * abs(energy):
             return np.asarray(starts[k], dtype=np.int64), float(energies[k]), "anchors"
