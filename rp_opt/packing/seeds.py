@@ -53,16 +53,19 @@ def layout_violation(instance: Instance, layout: Layout, num_rows: int) -> str |
 
 
 def greedy_seconds(instance: Instance, num_rows: int, num_ranks: int) -> float:
-    """Rough wall time of :func:`greedy_layout`: N (R G L P / 5e8 + 7e-5) seconds.
+    """Rough wall time of :func:`greedy_layout`: N (R G L P / 8e8 + 4e-5) seconds.
 
     Fitted on the 2-core benchmark machine (ling-flash-like windows of
-    scripts/bench_heuristic.py, G = 8, L = 48, P = 8, N = 512 .. 16384 with R* = 2 .. 61):
-    measured 0.06, 0.08, 0.20, 0.67, 1.82 and 5.75 s; the formula gives 0.04, 0.10, 0.24,
-    0.69, 2.13 and 7.29 s, at or above the measurement from N = 1024 on.
+    scripts/bench_heuristic.py, G = 8, L = 48, P = 8, N = 512 .. 16384 with R* = 2 .. 61;
+    2026-12-05): measured 0.019, 0.042, 0.116, 0.36, 1.22 and 3.88 s; the formula gives
+    0.024, 0.057, 0.145, 0.42, 1.30 and 4.49 s, at or above every measurement. (The first
+    fit, 2026-11-29, N (R G L P / 5e8 + 7e-5), had become about twice the time, keeping the
+    greedy out of N = 4096 at 1 s and N = 8192 at 3 s, where it now gains: 9245322 against
+    9268962 and 1.824247e+07 against 1.825428e+07, docs/benchmarks.md.)
     """
     window = instance.window
     pairs = num_rows * instance.cluster.edp
-    return window.num_samples * (pairs * window.num_layers * num_ranks / 5e8 + 7e-5)
+    return window.num_samples * (pairs * window.num_layers * num_ranks / 8e8 + 4e-5)
 
 
 def greedy_layout(instance: Instance, num_rows: int, demand_by_rank: np.ndarray, eps: float = 1e-6) -> Layout | None:
