@@ -814,6 +814,9 @@ def settled(problem: Problem, layout: np.ndarray, fallback: np.ndarray) -> tuple
         state.close()
 
 
+# most of the time limit the greedy seed may take (by :func:`.seeds.greedy_seconds`)
+GREEDY_SHARE = 0.3
+
 _SEED_RULES = ("witness", "ffd", "kk", "blocks", "greedy", "anchors")
 
 
@@ -1043,12 +1046,13 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     rules = options.get("seeds")
     if rules is None:
         rules = ["witness", "ffd", "blocks", "kk", "blocks-kk"]
-        # the expert-aware greedy costs O(N R G L P): only when it takes at most half the
+        # the expert-aware greedy costs O(N R G L P): only when it takes at most 0.3 of the
         # budget. It is the best seed on the production windows of scripts/bench_heuristic.py
         # (docs/benchmarks.md: N = 4096 at 5 s, 0.55 % above the bound with it, 0.72 %
-        # without; N = 1024 at 2 s and N = 2048 or 8192 at 5 s also gain)
+        # without; N = 1024 at 2 s and N = 2048 or 8192 at 5 s also gain); at 0.36-0.41 of
+        # the budget (N = 4096 at 1 s, 8192 at 3 s) it won one run and lost the next
         # (a fixed schedule does its work whatever the limit: the greedy too)
-        if deterministic or greedy_seconds(instance, num_rows, cluster.ep) <= 0.5 * time_limit:
+        if deterministic or greedy_seconds(instance, num_rows, cluster.ep) <= GREEDY_SHARE * time_limit:
             rules.append("greedy")
         # a sum over rows of maxima (sync): the anchor seed (:mod:`.anchors`) builds the rows
         # of like blocks that the search does not reach from the other seeds; it is decided

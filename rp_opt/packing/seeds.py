@@ -59,9 +59,9 @@ def greedy_seconds(instance: Instance, num_rows: int, num_ranks: int) -> float:
     scripts/bench_heuristic.py, G = 8, L = 48, P = 8, N = 512 .. 16384 with R* = 2 .. 61;
     2026-12-05): measured 0.019, 0.042, 0.116, 0.36, 1.22 and 3.88 s; the formula gives
     0.024, 0.057, 0.145, 0.42, 1.30 and 4.49 s, at or above every measurement. (The first
-    fit, 2026-11-29, N (R G L P / 5e8 + 7e-5), had become about twice the time, keeping the
-    greedy out of N = 4096 at 1 s and N = 8192 at 3 s, where it now gains: 9245322 against
-    9268962 and 1.824247e+07 against 1.825428e+07, docs/benchmarks.md.)
+    fit, 2026-11-29, N (R G L P / 5e8 + 7e-5), had become about twice the time; the heuristic
+    then let the greedy take half the limit by it, now 0.3 by this one: the same windows get
+    the greedy, docs/benchmarks.md.)
     """
     window = instance.window
     pairs = num_rows * instance.cluster.edp
