@@ -125,7 +125,8 @@ def fluid_levels(work: np.ndarray, expert: np.ndarray, room: np.ndarray, per_sha
     return x[:cells], x[lam:big_m], x[big_m:]
 
 
-def anchor_layout(instance: Instance, num_rows: int, max_solves: int = 16) -> Layout | None:
+def anchor_layout(instance: Instance, num_rows: int, max_solves: int = 16,
+                  demand_by_rank: np.ndarray | None = None) -> Layout | None:
     """Anchor seed layout (module docstring), or None when the rounding cannot place every
     sample within the capacity and the per-cell limit.
 
@@ -138,6 +139,9 @@ def anchor_layout(instance: Instance, num_rows: int, max_solves: int = 16) -> La
     max_solves
         At most this many LP solves: with more open rows, each solve's levels serve
         ceil(rows / max_solves) rows in turn (N = 16384 has 61 rows).
+    demand_by_rank
+        ``rank_demand`` [N, L, P] when the caller has it: the samples' routed tokens come
+        from it instead of a pass over a[i,l,e] (0.02 s at N = 4096, E = 256).
     """
     window, cluster, cost = instance.window, instance.cluster, instance.cost
     lengths = window.lengths.astype(np.int64)
@@ -158,7 +162,8 @@ def anchor_layout(instance: Instance, num_rows: int, max_solves: int = 16) -> La
         return None
     stages = stage_work(window, cost) * np.asarray(cost.layers, dtype=np.float64)[:, None]   # [S, N]
     attention = stages.sum(axis=0)
-    expert = cost.gamma / cluster.ep * window.demand.sum(axis=(1, 2), dtype=np.int64)     # mean share
+    routed = (window.demand if demand_by_rank is None else demand_by_rank).sum(axis=(1, 2), dtype=np.int64)
+    expert = cost.gamma / cluster.ep * routed                                                  # mean share
     anchors = order[:cells]
     fill = _Fill(stages, lengths, expert, capacity, limit, cells, per_shard)
     fill.add(anchors, np.arange(cells))
@@ -183,7 +188,8 @@ def anchor_layout(instance: Instance, num_rows: int, max_solves: int = 16) -> La
             filler_tokens = float(lengths[left].sum())
             solved = fluid_levels(fill.work[:, rest].sum(axis=0), fill.expert[rest],
                                   fill.room(rest).astype(np.float64), per_shard, shards, filler_tokens,
-                                  float(attention[left].sum()) / filler_tokens, float(expert[left].sum()) / filler_tokens)
+                                  float(attention[left].sum()) / filler_tokens,
+                                  float(expert[left].sum()) / filler_tokens)
             if solved is None:
                 return None
             level, solved_at = solved[1], r

@@ -287,7 +287,7 @@ def seed_layouts(instance: Instance, num_rows: int, demand_by_rank: np.ndarray, 
             elif rule == "anchors":
                 from .anchors import anchor_layout
 
-                layout = anchor_layout(instance, num_rows)
+                layout = anchor_layout(instance, num_rows, demand_by_rank=demand_by_rank)
             else:
                 raise ValueError(f"unknown seed rule {rule!r}")
         except Exception as exc:
