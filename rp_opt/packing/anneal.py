@@ -814,8 +814,10 @@ def settled(problem: Problem, layout: np.ndarray, fallback: np.ndarray) -> tuple
         state.close()
 
 
-# most of the time limit the greedy seed may take (by :func:`.seeds.greedy_seconds`)
+# most of the time limit the greedy seed may take (by :func:`.seeds.greedy_seconds`), and
+# the anchor seed (by :func:`.anchors.anchor_seconds`)
 GREEDY_SHARE = 0.3
+ANCHOR_SHARE = 0.25
 
 _SEED_RULES = ("witness", "ffd", "kk", "blocks", "greedy", "anchors")
 
@@ -1128,7 +1130,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         probe = seeds.get("greedy", next(iter(seeds.values())))
         split = lower_bounds.gap_split(layout_costs(instance, placement, probe, demand), objective)
         stats["anchor_probe"] = {key: float(split[key]) for key in ("attention", "expert")}
-        affordable = deterministic or anchor_seconds(num_rows * cluster.dp) <= 0.25 * time_limit
+        affordable = deterministic or anchor_seconds(num_rows * cluster.dp) <= ANCHOR_SHARE * time_limit
         if _anchors_pay(split) and affordable and (seeds_deadline is None or time.perf_counter() < seeds_deadline):
             more = seed_layouts(instance, num_rows, demand, None, ("anchors",))
             if more:
