@@ -630,19 +630,59 @@ def row_excess_bound(attention: np.ndarray, lengths: np.ndarray, routed: np.ndar
     total = float(floors.sum())
     # hidden blocks: at most all R G; the DP counts up to ``top`` of them exactly and more
     # at ``top`` (charged the excess kept when all R G hide: valid, and such splits owe much)
-    blocks, top = int(num_rows) * int(num_shards), _hidden_top(num_rows, num_shards, span)
+    top = _hidden_top(num_rows, num_shards, span)
     tables = _split_tables(attention, lengths, routed, capacity, per_shard, num_shards, expert_rate, grid, top)
     if tables is None:
         return max(0.0, total)
-    terms, owed, floor = tables
     # hidden blocks hold no full-length sample: only the others' floors can hide there
     positive = (floors > 0) & (lengths < capacity)
     # (each block's X - E >= 0 too: what the other blocks keep is never below 0)
     kept = np.maximum(total - _fractional_knapsack(lengths[positive].astype(np.float64), floors[positive],
-                                                   np.append(np.arange(top), blocks) * float(terms["k"] * capacity)),
+                                                   hidden_capacities(num_rows, num_shards, per_shard, capacity, span)),
                       0.0)  # [h]
+    return _split_excess(tables, kept, total)
+
+
+def hidden_capacities(num_rows: int, num_shards: int, per_shard: int, capacity: int, span: int = 8) -> np.ndarray:
+    """[top + 1] the most tokens h hidden blocks hold, h = 0..top - 1, and all R G blocks
+    for the last entry (h >= top: :func:`row_excess_bound`)."""
+    top = _hidden_top(num_rows, num_shards, span)
+    return np.append(np.arange(top), int(num_rows) * int(num_shards)) * float(int(per_shard) * int(capacity))
+
+
+def _split_excess(tables, kept: np.ndarray, total: float) -> float:
+    """The row excess of the split DP's ``tables`` with ``kept[h]`` (the excess the blocks
+    that cannot hide keep beside h hidden blocks) and ``total`` (the excess with none
+    hidden, alone a bound)."""
+    terms, owed, floor = tables
     best = float(np.min(np.maximum(owed, floor[:, None]) + kept[None, :]))
     return max(0.0, total, best - terms["excess"])
+
+
+def every_placement_row_excess(instance: Instance, num_rows: int, attention: np.ndarray,
+                               load: np.ndarray | None = None, span: int = 8) -> float:
+    """:func:`row_excess_bound` for every placement: the blocks that cannot hide keep at
+    least gamma sum_l (max_p L'[l,p] - L'[l]/P) over their samples, L' the window's loads
+    less those of the hidden blocks' samples (at most h k C tokens, none full-length),
+    bounded below over every such set and every placement by
+    :func:`rp_opt.placement.hidden.hidden_excess`. ``attention`` [N] is each sample's
+    attention cost (``CostBounds.sample_attention``). 0 without a full-length sample or
+    with more than one routing rate (no charge to add it to)."""
+    from .placement.hidden import hidden_excess
+
+    window, cluster, cost = instance.window, instance.cluster, instance.cost
+    per_shard = cluster.dp // cluster.edp
+    lengths = window.lengths
+    routed = window.demand.sum(axis=(1, 2), dtype=np.int64)
+    tables = _split_tables(np.asarray(attention, dtype=np.float64), lengths, routed, cluster.capacity, per_shard,
+                           cluster.edp, cost.gamma / cluster.ep, 256, _hidden_top(num_rows, cluster.edp, span))
+    if tables is None:
+        return 0.0
+    load = window.expert_load() if load is None else load
+    hideable = lengths < cluster.capacity
+    kept = cost.gamma * hidden_excess(load, window.demand[hideable], lengths[hideable], cluster.ep,
+                                      hidden_capacities(num_rows, cluster.edp, per_shard, cluster.capacity, span))
+    return _split_excess(tables, kept, float(kept[0]))
 
 
 def _full_rows(attention: np.ndarray, lengths: np.ndarray, routed: np.ndarray, capacity: int, per_shard: int,
@@ -848,8 +888,9 @@ class CostBounds:
         a full-length sample). The expert total above ``token_expert`` may sit in those
         rows too, hence the max. 0 where not computed.
     row_excess
-        For a fixed placement, :func:`row_excess_bound`: the charge and the expert excess
-        where they cannot overlap, a third term of that max. 0 where not computed.
+        The charge and the expert excess where they cannot overlap, a third term of that
+        max: for a fixed placement :func:`row_excess_bound`, for every placement
+        :func:`every_placement_row_excess`. 0 where not computed.
     """
 
     attention_total: float
@@ -881,13 +922,21 @@ class CostBounds:
         single = float(np.max(agg.attention * self.sample_attention + agg.expert * self.sample_expert))
         return max(total / self._means(agg), single, self._rows(agg))
 
+    def uses_row_maxima(self, objective) -> bool:
+        """Whether the primary of ``objective`` takes the full-row bound (``row_charge``,
+        ``row_excess``): a sum over rows of maxima over shards, or with G = 1 any sum over
+        rows."""
+        return any(self._per_row(agg) for _, agg in get_objective(objective).levels[0])
+
+    def _per_row(self, agg: Aggregate) -> bool:
+        per_row = agg.inner == "max" and agg.over == "shards" and agg.outer == "sum"
+        rows_summed = (agg.over == "rows" and agg.inner == "sum") or (agg.over == "shards" and agg.outer == "sum")
+        return agg.attention == agg.expert and (per_row or (self.num_shards == 1 and rows_summed))
+
     def _rows(self, agg: Aggregate) -> float:
         """The full-row bound on sum_r max_g J (see ``row_charge``), for aggregates equal
         to a multiple of it: sum_r max_g, and with G = 1 every sum over rows."""
-        per_row = agg.inner == "max" and agg.over == "shards" and agg.outer == "sum"
-        rows_summed = (agg.over == "rows" and agg.inner == "sum") or (agg.over == "shards" and agg.outer == "sum")
-        if max(self.row_charge, self.row_excess) <= 0 or agg.attention != agg.expert \
-                or not (per_row or (self.num_shards == 1 and rows_summed)):
+        if max(self.row_charge, self.row_excess) <= 0 or not self._per_row(agg):
             return 0.0
         charged = max(self.row_charge, self.expert_total - self.token_expert, self.row_excess)
         return agg.attention * (self.attention_mean + self.token_expert + charged) / self.num_shards
