@@ -416,8 +416,11 @@ def test_rank_major_demand_bounds_and_costs_match_the_cost_module():
 
 def test_placement_bound_is_the_cost_module_bound_for_the_plan_placement():
     """The heuristic's ``placement_bound`` (report_bounds, from the rank-major demand) is
-    cost_bounds for the plan's own placement (row excess included), at least the bound for
-    every placement, and ``placement_gap`` is the plan's relative gap to it."""
+    cost_bounds for the plan's own placement (row excess included, at least the row
+    excess for every placement, which holds for it too), at least the bound for every
+    placement, and ``placement_gap`` is the plan's relative gap to it."""
+    from dataclasses import replace
+
     from rp_opt.cost import cost_bounds
     from rp_opt.result import relative_gap
 
@@ -425,11 +428,33 @@ def test_placement_bound_is_the_cost_module_bound_for_the_plan_placement():
     res = anneal.heuristic(inst, objective="sync", time_limit=2.0, seed=0, workers=1)
     assert_checked(inst, res)
     stats = res.stats
+    assert stats["hidden_bound"]                      # a small window: within the budget
     own = cost_bounds(inst, res.plan.num_rows, res.plan.placement)
+    every = anneal.strong_bounds(inst, res.plan.num_rows)
+    own = replace(own, row_excess=max(own.row_excess, every.row_excess))
+    assert stats["lower_bound"] == pytest.approx(every.objective("sync")[0], rel=1e-12)
     assert stats["placement_bound"] == pytest.approx(own.objective("sync")[0], rel=1e-12)
     assert stats["placement_bound"] >= stats["lower_bound"] * (1 - 1e-12)
     assert stats["placement_gap"] == pytest.approx(relative_gap(res.score[0], stats["placement_bound"]))
     assert res.score[0] >= stats["placement_bound"] * (1 - 1e-9)
+
+
+def test_row_excess_for_every_placement_only_within_its_budget():
+    """report_bounds adds the row excess for every placement (``hidden_bound``) to a
+    primary of row maxima when its estimated seconds fit ``hidden_budget`` (always when
+    None), never to ``shard``'s (a max of shard sums takes no row bound); without it the
+    bound is the pigeonhole one, never above."""
+    from rp_opt.placement import lpt_placement
+
+    inst, rows, _ = small_rows(samples=40, seed=3)
+    placement = lpt_placement(inst.window, inst.cluster.ep)
+    demand = rank_demand(inst.window, placement)
+    full = anneal.report_bounds(inst, placement, rows, "sync", demand, baseline=False)
+    none = anneal.report_bounds(inst, placement, rows, "sync", demand, baseline=False, hidden_budget=0.0)
+    assert full["hidden_bound"] and not none["hidden_bound"]
+    assert none["lower_bound"] == pytest.approx(anneal.strong_bounds(inst, rows, hidden=False).objective("sync")[0])
+    assert full["lower_bound"] >= none["lower_bound"]
+    assert not anneal.report_bounds(inst, placement, rows, "shard", demand, baseline=False)["hidden_bound"]
 
 
 def test_block_and_kk_seeds_keep_constraints_and_cell_contents():

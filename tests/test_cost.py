@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 from rp_opt import InputError, Layout, Placement, check_plan, cost_bounds, get_objective, layout_costs, score
 from rp_opt.cost import Costs, rank_demand, rank_load
 from rp_opt.packing.baseline import pack
+from rp_opt.packing.anneal import strong_bounds
 
 from conftest import random_instance
 
@@ -282,10 +283,10 @@ def _instance(lengths, *, dp, edp, gamma=0.3, seed=0, q=None, experts=4, ranks=2
     return Instance(window, Cluster(dp, edp, ranks, 100), cost)
 
 
-def _sync_optimum(instance, rows, assignments=None):
-    """Least sum_r max_g J over every layout of ``rows`` rows (identity placement): every
-    assignment of samples to cells (or the given ``assignments`` [M, N]), scored at once
-    with the formulas of MODEL.md (tiny windows only)."""
+def _sync_optimum(instance, rows, assignments=None, placement=None):
+    """Least sum_r max_g J over every layout of ``rows`` rows (``placement``, default the
+    identity): every assignment of samples to cells (or the given ``assignments`` [M, N]),
+    scored at once with the formulas of MODEL.md (tiny windows only)."""
     w, cl, cost = instance.window, instance.cluster, instance.cost
     cells, k = rows * cl.dp, cl.dp // cl.edp
     if assignments is None:
@@ -301,7 +302,8 @@ def _sync_optimum(instance, rows, assignments=None):
     work = np.einsum("mnc,n->mc", onehot, w.attn_work)
     stage = cost.alpha[:, None, None] * tokens + cost.beta[:, None, None] * work        # [S, M, cells]
     attention = np.tensordot(cost.layers, stage.reshape(len(cost.stages), -1, rows, cl.edp, k).max(axis=4), 1)
-    demand = rank_demand(w, Placement.identity(w.num_layers, w.num_experts, cl.ep))     # [N, L, P]
+    placement = Placement.identity(w.num_layers, w.num_experts, cl.ep) if placement is None else placement
+    demand = rank_demand(w, placement)                                                  # [N, L, P]
     loads = np.einsum("mnc,nlp->mclp", onehot, demand).reshape(onehot.shape[0], rows, cl.edp, k, *demand.shape[1:])
     expert = cost.gamma * loads.sum(axis=3).max(axis=4).sum(axis=3)
     return float((attention + expert).max(axis=2).sum(axis=1).min())
@@ -408,6 +410,25 @@ def test_full_row_bound_below_brute_force(seed, shape, arbitrary_q, gamma):
         return
     for bounds in (cost_bounds(inst, rows), cost_bounds(inst, rows, Placement.identity(2, 4, 2))):
         assert bounds.objective("sync")[0] <= best * (1 + 1e-9) + 1e-9, (bounds.row_charge, best)
+    # for every placement (with the row excess of the blocks that cannot hide): below the
+    # best layout of every placement (each layer's 4 experts on 2 ranks: 3 ways)
+    every = strong_bounds(inst, rows)
+    if every.row_excess > max(every.row_charge, every.expert_total - every.token_expert):
+        best_every = min(_sync_optimum(inst, rows, placement=placement) for placement in _placements(2, 4, 2))
+        assert every.objective("sync")[0] <= best_every * (1 + 1e-9) + 1e-9, (every.row_excess, best_every)
+    else:
+        assert every.objective("sync")[0] <= best * (1 + 1e-9) + 1e-9
+
+
+def _placements(layers, experts, ranks):
+    """Every placement of ``experts`` on 2 ranks per layer up to relabelling (tiny only)."""
+    import itertools
+
+    assert ranks == 2
+    halves = [np.array([0 if e in first else 1 for e in range(experts)])
+              for first in itertools.combinations(range(experts), experts // 2) if 0 in first]
+    for chosen in itertools.product(halves, repeat=layers):
+        yield Placement(np.stack(chosen), ranks)
 
 
 def _sync_permutations(instance, rows):
