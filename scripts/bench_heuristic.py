@@ -21,7 +21,7 @@ import numpy as np
 from rp_opt import synth
 from rp_opt.check import check
 from rp_opt.solvers import get_solver
-from rp_opt.packing.anneal import strong_bounds
+from rp_opt.packing import anneal
 
 
 def small(count: int, exact_time: float, objective: str = "sync"):
@@ -79,11 +79,8 @@ def window_bound(inst, rows: int, objective: str) -> tuple[float, float]:
     """(bound, seconds): the window's bound for every placement with no time limit (a
     plan's report adds the row excess for every placement only where it fits a share of
     the plan's limit: anneal.HIDDEN_SHARE), computed outside the timed plan."""
-    from rp_opt.cost import cost_bounds
-
     started = time.perf_counter()
-    base = cost_bounds(inst, rows)
-    bound = strong_bounds(inst, rows, base=base, hidden=base.uses_row_maxima(objective)).objective(objective)[0]
+    bound = anneal.window_bound(inst, rows, objective)
     return bound, time.perf_counter() - started
 
 
@@ -139,7 +136,6 @@ def kernel(samples: int = 4096, seconds: float = 3.0, cache: str = "/tmp"):
     import resource
 
     from rp_opt.cost import rank_demand_major, rank_major_view
-    from rp_opt.packing import anneal
     from rp_opt.packing.improve import BlockSearch
     from rp_opt.packing.seeds import seed_layouts
 

@@ -29,6 +29,26 @@ def test_gen_plan_eval_round_trip(tmp_path, capsys):
     assert ev["score"] == out["score"]
 
 
+def test_eval_bound_for_every_placement(tmp_path, capsys):
+    """``eval --bound`` adds the window's bound for every placement at the plan's rows
+    (no time limit: the row excess for every placement under ``sync``), at most the plan's
+    score and at least the bound the plan's own report gave; text output names it."""
+    window = str(tmp_path / "w.npz")
+    plan = str(tmp_path / "p.json")
+    assert main(["gen", "--model", "ling-flash-like", "--samples", "64", "--dp", "8", "--edp", "2", "--ep", "8",
+                 "--capacity", "8192", "--layers", "4", "--seed", "3", "-o", window]) == 0
+    capsys.readouterr()
+    assert main(["plan", window, "--solver", "heuristic", "--time-limit", "1", "--json", "-o", plan]) == 0
+    out = _json(capsys)
+    assert main(["eval", window, plan, "--bound", "--json"]) == 0
+    ev = _json(capsys)
+    assert ev["bound_scope"] == "every placement" and ev["bound_seconds"] >= 0
+    assert out["bound"] * (1 - 1e-12) <= ev["bound"] <= ev["score"][0] * (1 + 1e-12)
+    assert ev["gap"] == pytest.approx((ev["score"][0] - ev["bound"]) / ev["score"][0])
+    assert main(["eval", window, plan, "--bound"]) == 0
+    assert "bound (every placement)" in capsys.readouterr().out
+
+
 def test_eval_invalid_plan_exit_1(tmp_path, capsys):
     window = str(tmp_path / "w.npz")
     plan = tmp_path / "p.json"

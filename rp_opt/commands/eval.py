@@ -13,6 +13,9 @@ def register(sub) -> None:
     p.add_argument("plan", help="plan .json")
     p.add_argument("--objective", default=None, help="score under this objective (default: the plan's)")
     p.add_argument("--rows", type=int_arg(1), default=None, help="require exactly this many rows (e.g. R*), >= 1")
+    p.add_argument("--bound", action="store_true",
+                   help="also the window's lower bound for every placement at the plan's row count, with no "
+                        "time limit (a plan's own report may leave out its slowest part), and the plan's gap to it")
     add_cost(p)
     add_json(p)
     p.set_defaults(run=run)
@@ -33,6 +36,8 @@ def run(args) -> int:
         out["claimed_score"] = claimed
         out["score_matches"] = bool(objective.name != data.get("objective") or all(
             abs(a - b) <= 1e-6 * max(1.0, abs(b)) for a, b in zip(report.score, claimed)))
+    if args.bound and report.score is not None:
+        out.update(window_bound(instance, out["num_rows"], objective, report.score[0]))
     if args.json:
         emit_json(out)
     else:
@@ -43,4 +48,21 @@ def run(args) -> int:
             print(f"score ({objective.name}): (" + ", ".join(f"{x:.6g}" for x in report.score) + ")")
         if out.get("score_matches") is False:
             print(f"  the plan file claims {claimed}")
+        if "bound" in out:
+            print(f"bound ({out['bound_scope']}): {out['bound']:.6g}, gap {100 * out['gap']:.3f} % "
+                  f"({out['bound_seconds']:.2f} s)")
     return 0 if report.valid else 1
+
+
+def window_bound(instance, num_rows: int, objective, primary: float) -> dict:
+    """The primary's bound for every placement (:func:`rp_opt.packing.anneal.window_bound`),
+    its seconds, and the relative gap of ``primary`` to it."""
+    import time
+
+    from ..packing.anneal import window_bound as bound_of
+    from ..result import relative_gap
+
+    started = time.perf_counter()
+    bound = bound_of(instance, num_rows, objective)
+    return {"bound": bound, "bound_scope": "every placement", "gap": relative_gap(primary, bound),
+            "bound_seconds": time.perf_counter() - started}

@@ -1489,6 +1489,14 @@ def strong_bounds(instance: Instance, num_rows: int, load: np.ndarray | None = N
     return replace(base, expert_total=max(base.expert_total, expert_total), row_excess=row_excess)
 
 
+def window_bound(instance: Instance, num_rows: int, objective) -> float:
+    """The primary's bound for every placement and layout of ``num_rows`` rows with no time
+    limit: :func:`strong_bounds`, with the row excess for every placement where the primary
+    takes row maxima (a plan's report adds that part only within its budget)."""
+    base = cost_bounds(instance, num_rows)
+    return strong_bounds(instance, num_rows, base=base, hidden=base.uses_row_maxima(objective)).objective(objective)[0]
+
+
 def hidden_seconds(instance: Instance) -> float:
     """Estimated seconds of :func:`rp_opt.cost.every_placement_row_excess` (a few passes
     over a[i,l,e]; measured 2.6 s for 3750 x 48 x 256 entries on the 2-core machine)."""
