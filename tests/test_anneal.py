@@ -688,3 +688,23 @@ def test_workers_end_when_the_planner_is_killed():
     for k in alive:
         os.kill(k, signal.SIGKILL)
     assert not alive
+
+
+def test_others_running_sees_a_busy_process_at_once():
+    """The second search process's rule reads the threads running now (not the lagging
+    1-min load average): a CPU-bound child counts at once, and none after it ends."""
+    import subprocess
+    import sys
+    import time
+
+    before = anneal.others_running()
+    if before is None:
+        pytest.skip("no /proc/loadavg here")
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        assert anneal.others_running(samples=9) >= 1
+    finally:
+        busy.kill()
+        busy.wait()
+    assert anneal.others_running(samples=9) <= before + 1

@@ -904,6 +904,25 @@ def check_option(name: str, value):
     return OPTION_RULES[name](name, value, text=True)
 
 
+def others_running(samples: int = 5, interval: float = 0.004) -> int | None:
+    """Threads of other processes running now: the median over ``samples`` reads of
+    /proc/loadavg's running count, less this one; None where there is no such file.
+
+    The 1-min load average lags: after a minute of two busy cores (a benchmark, the
+    previous plan) it still reads about 2 when the machine has gone idle, and a plan then
+    ran one search process (about 0.13 % worse on the N = 4096 reference window)."""
+    counts = []
+    try:
+        for i in range(samples):
+            with open("/proc/loadavg") as f:
+                counts.append(int(f.read().split()[3].split("/")[0]) - 1)
+            if i + 1 < samples:
+                time.sleep(interval)
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0, int(np.median(counts)))
+
+
 def heuristic_inputs(time_limit, seed, workers, options: dict) -> tuple[float, int, int | None, dict]:
     """The heuristic's ``time_limit`` (None: 5 s), ``seed``, ``workers`` and ``options``,
     checked (:func:`check_option`) and converted, before anything runs.
@@ -1161,7 +1180,11 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         # a second search process only pays when a core is free (measured: under a full
         # machine the session gets the same CPU time with one or two processes); with a fixed
         # schedule it is ``workers`` (deterministic for a seed and a worker count)
-        free = os.getloadavg()[0] <= (os.cpu_count() or 1) - 1
+        others = others_running()
+        if others is None:
+            free = not hasattr(os, "getloadavg") or os.getloadavg()[0] <= (os.cpu_count() or 1) - 1
+        else:
+            free = others <= (os.cpu_count() or 1) - 2
         search_workers = workers if deterministic or free else 1
     run_limit = None
     if deterministic:
