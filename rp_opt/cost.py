@@ -659,18 +659,20 @@ def _split_excess(tables, kept: np.ndarray, total: float) -> float:
     return max(0.0, total, best - terms["excess"])
 
 
-def every_placement_row_excess(instance: Instance, num_rows: int, attention: np.ndarray,
+def every_placement_row_excess(instance: Instance, num_rows: int, attention: np.ndarray | None = None,
                                load: np.ndarray | None = None, span: int = 8) -> float:
     """:func:`row_excess_bound` for every placement: the blocks that cannot hide keep at
     least gamma sum_l (max_p L'[l,p] - L'[l]/P) over their samples, L' the window's loads
     less those of the hidden blocks' samples (at most h k C tokens, none full-length),
     bounded below over every such set and every placement by
     :func:`rp_opt.placement.hidden.hidden_excess`. ``attention`` [N] is each sample's
-    attention cost (``CostBounds.sample_attention``). 0 without a full-length sample or
-    with more than one routing rate (no charge to add it to)."""
+    attention cost (``CostBounds.sample_attention``; computed when None). 0 without a
+    full-length sample or with more than one routing rate (no charge to add it to)."""
     from .placement.hidden import hidden_excess
 
     window, cluster, cost = instance.window, instance.cluster, instance.cost
+    if attention is None:
+        attention = cost.layers @ stage_work(window, cost)
     per_shard = cluster.dp // cluster.edp
     lengths = window.lengths
     routed = window.demand.sum(axis=(1, 2), dtype=np.int64)
@@ -866,6 +868,21 @@ def _distinct_cells(attention: np.ndarray, lengths: np.ndarray, capacity: int, f
     return owed
 
 
+def _per_row(agg: Aggregate, num_shards: int) -> bool:
+    """An aggregate equal to a multiple of sum_r max_g J: sum_r max_g, and with G = 1 every
+    sum over rows (attention and expert weighed alike)."""
+    per_row = agg.inner == "max" and agg.over == "shards" and agg.outer == "sum"
+    rows_summed = (agg.over == "rows" and agg.inner == "sum") or (agg.over == "shards" and agg.outer == "sum")
+    return agg.attention == agg.expert and (per_row or (num_shards == 1 and rows_summed))
+
+
+def uses_row_maxima(objective, num_shards: int) -> bool:
+    """Whether the primary of ``objective`` takes the full-row bound (the row charge and
+    the row excess of :class:`CostBounds`): a sum over rows of maxima over shards, or with
+    G = 1 any sum over rows."""
+    return any(_per_row(agg, num_shards) for _, agg in get_objective(objective).levels[0])
+
+
 @dataclass(frozen=True)
 class CostBounds:
     """Valid lower bounds on the parts of any layout with ``num_rows`` rows.
@@ -924,19 +941,13 @@ class CostBounds:
 
     def uses_row_maxima(self, objective) -> bool:
         """Whether the primary of ``objective`` takes the full-row bound (``row_charge``,
-        ``row_excess``): a sum over rows of maxima over shards, or with G = 1 any sum over
-        rows."""
-        return any(self._per_row(agg) for _, agg in get_objective(objective).levels[0])
-
-    def _per_row(self, agg: Aggregate) -> bool:
-        per_row = agg.inner == "max" and agg.over == "shards" and agg.outer == "sum"
-        rows_summed = (agg.over == "rows" and agg.inner == "sum") or (agg.over == "shards" and agg.outer == "sum")
-        return agg.attention == agg.expert and (per_row or (self.num_shards == 1 and rows_summed))
+        ``row_excess``): :func:`uses_row_maxima`."""
+        return uses_row_maxima(objective, self.num_shards)
 
     def _rows(self, agg: Aggregate) -> float:
         """The full-row bound on sum_r max_g J (see ``row_charge``), for aggregates equal
         to a multiple of it: sum_r max_g, and with G = 1 every sum over rows."""
-        if max(self.row_charge, self.row_excess) <= 0 or not self._per_row(agg):
+        if max(self.row_charge, self.row_excess) <= 0 or not _per_row(agg, self.num_shards):
             return 0.0
         charged = max(self.row_charge, self.expert_total - self.token_expert, self.row_excess)
         return agg.attention * (self.attention_mean + self.token_expert + charged) / self.num_shards

@@ -708,3 +708,24 @@ def test_others_running_sees_a_busy_process_at_once():
         busy.kill()
         busy.wait()
     assert anneal.others_running(samples=9) <= before + 1
+
+
+def test_background_bound_gives_the_window_bound_in_the_report():
+    """``background_bound``: a row excess for every placement too slow for a tenth of the
+    limit (here 6e-8 s x 512 x 8 x 256 entries = 0.063 s against 0.05 s) runs in a forked
+    process beside the search; ready by the end, the report's bound is the window's bound
+    with no time limit. Off by default (the report keeps the bound it had in time)."""
+    inst = synth.generate(model="ling-flash-like", samples=512, dp=8, edp=2, ep=8, capacity=8192, layers=8,
+                          seed=5)
+    assert anneal.HIDDEN_SHARE * 0.5 < anneal.hidden_seconds(inst) <= anneal.BACKGROUND_SHARE * 0.5
+    assert (inst.window.lengths == 8192).any()                     # full-length samples: a row charge
+    res = anneal.heuristic(inst, objective="sync", time_limit=0.5, seed=0, background_bound=True,
+                           report_baseline=False)
+    assert_checked(inst, res)
+    assert res.stats["hidden_background"] == "ready" and res.stats["hidden_bound"]
+    rows = res.plan.num_rows
+    assert res.bound == pytest.approx(anneal.window_bound(inst, rows, "sync"), rel=1e-12)
+    assert res.stats["placement_bound"] >= res.bound and res.score[0] >= res.bound
+    plain = anneal.heuristic(inst, objective="sync", time_limit=0.5, seed=0, report_baseline=False)
+    assert "hidden_background" not in plain.stats and not plain.stats["hidden_bound"]
+    assert plain.bound <= res.bound
