@@ -682,8 +682,9 @@ def every_placement_row_excess(instance: Instance, num_rows: int, attention: np.
         return 0.0
     load = window.expert_load() if load is None else load
     hideable = lengths < cluster.capacity
-    kept = cost.gamma * hidden_excess(load, window.demand[hideable], lengths[hideable], cluster.ep,
-                                      hidden_capacities(num_rows, cluster.edp, per_shard, cluster.capacity, span))
+    kept = cost.gamma * hidden_excess(load, window.demand, lengths, cluster.ep,
+                                      hidden_capacities(num_rows, cluster.edp, per_shard, cluster.capacity, span),
+                                      samples=hideable)
     return _split_excess(tables, kept, float(kept[0]))
 
 

@@ -179,3 +179,17 @@ def test_capacity_below_every_sample():
     assert best[0] == best[1] == best[2]
     assert np.all(bound <= best + 1e-6)
     assert np.all(np.diff(bound) <= 0) and np.all(bound >= 0)
+
+
+def test_samples_select_without_a_copy_of_the_window():
+    """``samples`` (a mask or indices into the whole window's demand and lengths) gives the
+    bound of those samples alone, as their own arrays do."""
+    rng = np.random.default_rng(7)
+    demand = rng.integers(0, 4, size=(9, 2, 6))
+    lengths = demand.sum(axis=2).max(axis=1) + 1
+    load = demand.sum(axis=0) + rng.integers(0, 5, size=(2, 6))
+    mask = np.array([True, False, True, True, False, True, False, True, True])
+    caps = np.array([0.0, 3.0, 10.0, 40.0])
+    alone = hidden_excess(load, demand[mask], lengths[mask], 2, caps)
+    np.testing.assert_array_equal(hidden_excess(load, demand, lengths, 2, caps, samples=mask), alone)
+    np.testing.assert_array_equal(hidden_excess(load, demand, lengths, 2, caps, samples=np.flatnonzero(mask)), alone)

@@ -39,7 +39,7 @@ from .lpt import _check_load
 
 
 def hidden_excess(load: np.ndarray, demand: np.ndarray, lengths: np.ndarray, num_ranks: int,
-                  capacities: np.ndarray, bucket_ratio: float = 1.1) -> np.ndarray:
+                  capacities: np.ndarray, bucket_ratio: float = 1.1, samples: np.ndarray | None = None) -> np.ndarray:
     """Lower bound on sum_l (max_p L'[l,p] - L'[l]/P) for every balanced placement and every
     set H of the given samples with at most ``capacities[m]`` tokens, L' = ``load`` less H's
     demand.
@@ -49,9 +49,10 @@ def hidden_excess(load: np.ndarray, demand: np.ndarray, lengths: np.ndarray, num
     load
         [L, E] expert loads of the whole window.
     demand
-        [n, L, E] a[i,l,e] of the samples that may leave (those a hidden block can hold).
+        [n, L, E] a[i,l,e] of the samples that may leave (those a hidden block can hold), or
+        of a whole window with ``samples`` naming them (no copy of a: one layer at a time).
     lengths
-        [n] their tokens T_i >= 1.
+        [n] their tokens T_i >= 1 (of the whole window with ``samples``).
     num_ranks
         P, dividing E.
     capacities
@@ -60,6 +61,9 @@ def hidden_excess(load: np.ndarray, demand: np.ndarray, lengths: np.ndarray, num
         The one-expert knapsacks (the swaps' ub_e) group samples by their tokens per token
         on the expert in geometric buckets of this ratio, each taken at its upper edge: an
         upper bound on the exact knapsack, within that ratio on the bucket it splits.
+    samples
+        Indices (or a boolean mask) of the samples that may leave, into ``demand`` and
+        ``lengths``; None: all of them.
 
     Returns
     -------
@@ -68,15 +72,16 @@ def hidden_excess(load: np.ndarray, demand: np.ndarray, lengths: np.ndarray, num
     """
     load, num_ranks = _check_load(load, num_ranks)
     demand = np.asarray(demand)
-    lengths = np.asarray(lengths, dtype=np.float64)
+    chosen = np.arange(demand.shape[0]) if samples is None else np.arange(demand.shape[0])[samples]
+    lengths = np.asarray(lengths, dtype=np.float64)[chosen]
     capacities = np.asarray(capacities, dtype=np.float64)
     num_layers, num_experts = load.shape
-    if demand.shape[0] == 0:
+    if chosen.size == 0:
         point = _layer_terms_at_zero(load.astype(np.float64), num_ranks)
         return np.full(capacities.shape, max(point, 0.0))
     per_layer = np.zeros((num_layers, capacities.size))
     for layer in range(num_layers):
-        per_layer[layer] = _layer(load[layer].astype(np.float64), demand[:, layer, :], lengths, num_ranks,
+        per_layer[layer] = _layer(load[layer].astype(np.float64), demand[chosen, layer, :], lengths, num_ranks,
                                   capacities, bucket_ratio)
     # a sum of per-layer lower bounds over the same interval of T_H; then T_H <= capacity
     # ranges over every interval up to it
