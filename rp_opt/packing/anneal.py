@@ -1032,7 +1032,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     ``timings["search"]``), ``refine_rounds`` (1),
     ``refine_sweeps`` (swap sweeps with a fixed schedule, 20),
     ``search_workers`` (processes of the block search; default: ``workers`` with
-    ``temperatures`` or when the 1-min load average leaves a core free, else 1), ``surrogate`` (0.05), ``reserve`` (seconds
+    ``temperatures`` or when no other thread runs now (:func:`others_running`; the 1-min
+    load average where that cannot be read) so that a core is free, else 1), ``surrogate`` (0.05), ``reserve`` (seconds
     kept for the final scoring, default 0.04 * time_limit plus the time the lower bounds
     took), ``background_bound`` (false; true: under a primary of row maxima, the row excess
     for every placement too slow for a tenth of the limit runs in a process of its own
