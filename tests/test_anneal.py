@@ -442,7 +442,7 @@ def test_placement_bound_is_the_cost_module_bound_for_the_plan_placement():
 def test_row_excess_for_every_placement_only_within_its_budget():
     """report_bounds adds the row excess for every placement (``hidden_bound``) to a
     primary of row maxima when its estimated seconds fit ``hidden_budget`` (always when
-    None), never to ``shard``'s (a max of shard sums takes no row bound); without it the
+    None), never to ``shard``'s (a max of shard sums takes no row bound: None); without it the
     bound is the pigeonhole one, never above."""
     from rp_opt.placement import lpt_placement
 
@@ -454,7 +454,7 @@ def test_row_excess_for_every_placement_only_within_its_budget():
     assert full["hidden_bound"] and not none["hidden_bound"]
     assert none["lower_bound"] == pytest.approx(anneal.strong_bounds(inst, rows, hidden=False).objective("sync")[0])
     assert full["lower_bound"] >= none["lower_bound"]
-    assert not anneal.report_bounds(inst, placement, rows, "shard", demand, baseline=False)["hidden_bound"]
+    assert anneal.report_bounds(inst, placement, rows, "shard", demand, baseline=False)["hidden_bound"] is None
 
 
 def test_block_and_kk_seeds_keep_constraints_and_cell_contents():

@@ -109,6 +109,10 @@ def run(args) -> int:
         extra += [[f"gap: {k}", f"{100 * v:.4f} %"] for k, v in (stats.get("gap_split") or {}).items()]
         if extra:
             print(table(["stat", "value"], extra))
+        if stats.get("hidden_bound") is False and stats.get("primary_proven") is False:
+            # the slowest bound part did not fit the limit: say where the tighter one is
+            print("bound without the row excess for every placement (too slow for this limit): "
+                  "`rp-opt eval FILE PLAN --bound` or `--option background_bound=true` adds it")
         if out["output"]:
             print(f"plan written to {args.output}")
     if out.get("write_error"):

@@ -1162,6 +1162,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     # else (``background_bound``) beside the search where it fits most of it
     background = None
     if (uses_row_maxima(objective, cluster.edp) and not deterministic and options.get("background_bound", False)
+            and bool(np.any(window.lengths == cluster.capacity))          # else it is 0
             and HIDDEN_SHARE * time_limit < hidden_seconds(instance) <= BACKGROUND_SHARE * time_limit
             and (os.cpu_count() or 1) > 1):
         background = BackgroundBound(instance, num_rows, load)
@@ -1607,7 +1608,8 @@ def report_bounds(instance: Instance, placement: Placement, num_rows: int, objec
     analytic bounds with the placement-free expert bound strengthened by the pigeonhole
     bound of :func:`rp_opt.placement.placement_lower_bound`, and for a primary of row
     maxima the row excess for every placement where :func:`hidden_seconds` fits
-    ``hidden_budget`` seconds, always when None); ``placement_bound`` holds
+    ``hidden_budget`` seconds, always when None: ``hidden_bound``, None where it does not
+    apply); ``placement_bound`` holds
     only for this placement (the packing's own gap); ``lower_bounds`` is the
     :class:`rp_opt.cost.CostBounds` behind ``lower_bound`` (for its gap split). Reuses ``demand_by_rank`` and
     ``load`` (= ``window.expert_load()``) instead of recomputing them.
@@ -1620,10 +1622,11 @@ def report_bounds(instance: Instance, placement: Placement, num_rows: int, objec
         analytic = cost_bounds(instance, num_rows, load=load, tokens=demand_by_rank.sum(axis=2, dtype=np.int64))
     else:
         analytic = cost_bounds(instance, num_rows)
-    hidden = analytic.uses_row_maxima(objective) and (hidden_budget is None
-                                                      or hidden_seconds(instance) <= hidden_budget)
+    # (only a primary of row maxima takes it, and only with a full-length sample it is > 0)
+    applies = analytic.row_charge > 0 and analytic.uses_row_maxima(objective)
+    hidden = applies and (hidden_budget is None or hidden_seconds(instance) <= hidden_budget)
     strong = strong_bounds(instance, num_rows, load, analytic, hidden=hidden)
-    out["hidden_bound"] = bool(hidden)
+    out["hidden_bound"] = bool(hidden) if applies else None
     out["analytic_bounds"] = analytic
     out["analytic_bound"] = analytic.objective(objective)[0]
     strong_value = strong.objective(objective)[0]
