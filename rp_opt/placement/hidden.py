@@ -145,12 +145,12 @@ def _layer(load: np.ndarray, demand: np.ndarray, lengths: np.ndarray, num_ranks:
     routed_rate = demand.sum(axis=1) / weights
     rate_min, rate_max = float(routed_rate.min()), float(routed_rate.max())
     # exact experts: a[i,e] = c_e T_i for every sample (c_e = 0 for an expert none of them
-    # visits); quotients of integers below 2^26 are equal as floats only when equal
+    # visits); equal float quotients flag them, integers confirm
     per_token = demand / weights[:, None]
     best_rate = per_token.max(axis=0)
     exact = per_token.min(axis=0) == best_rate
     whole = lengths.astype(np.int64)
-    flagged = np.flatnonzero(exact)                  # confirmed in integers: a_ie T_0 == a_0e T_i
+    flagged = np.flatnonzero(exact)                  # a_ie T_0 == a_0e T_i
     exact[flagged] = np.all(demand[:, flagged] * whole[0] == demand[0, flagged][None, :] * whole[:, None], axis=0)
     rate = np.where(exact, best_rate, 0.0)
     inexact = ~exact
