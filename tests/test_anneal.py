@@ -443,7 +443,8 @@ def test_row_excess_for_every_placement_only_within_its_budget():
     """report_bounds adds the row excess for every placement (``hidden_bound``) to a
     primary of row maxima when its estimated seconds fit ``hidden_budget`` (always when
     None), never to ``shard``'s (a max of shard sums takes no row bound: None); without it the
-    bound is the pigeonhole one, never above."""
+    bound is the pigeonhole one, never above. A value from an earlier call is taken as
+    it is (it depends on no placement)."""
     from rp_opt.placement import lpt_placement
 
     inst, rows, _ = small_rows(samples=40, seed=3)
@@ -454,6 +455,11 @@ def test_row_excess_for_every_placement_only_within_its_budget():
     assert full["hidden_bound"] and not none["hidden_bound"]
     assert none["lower_bound"] == pytest.approx(anneal.strong_bounds(inst, rows, hidden=False).objective("sync")[0])
     assert full["lower_bound"] >= none["lower_bound"]
+    assert full["every_row_excess"] > 0 and none["every_row_excess"] is None
+    # given from an earlier call (a refined placement): not computed again, the same bound
+    again = anneal.report_bounds(inst, placement, rows, "sync", demand, baseline=False, hidden_budget=0.0,
+                                 every_row_excess=full["every_row_excess"])
+    assert again["hidden_bound"] and again["lower_bound"] == full["lower_bound"]
     assert anneal.report_bounds(inst, placement, rows, "shard", demand, baseline=False)["hidden_bound"] is None
 
 

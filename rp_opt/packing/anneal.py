@@ -1169,6 +1169,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     bound_stats = report_bounds(instance, placement, num_rows, objective, demand, baseline=False, load=load,
                                 hidden_budget=HIDDEN_SHARE * time_limit)
     bound_stats.pop("analytic_bounds")
+    every_row_excess = bound_stats.pop("every_row_excess")
     lower_bounds = bound_stats.pop("lower_bounds")
     timings["bounds"] = time.perf_counter() - t
     names = list(seeds)
@@ -1378,9 +1379,11 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
             best, best_energy = refined["layout"], refined["energy"]
             if not stats["placement"].endswith("refined for the layout"):
                 stats["placement"] = f"{stats.get('placement')} + refined for the layout"
+            # (the row excess for every placement, placement-free, is not computed again)
             bound_stats = report_bounds(instance, placement, num_rows, objective, demand, baseline=False, load=load,
-                                        hidden_budget=HIDDEN_SHARE * time_limit)
+                                        hidden_budget=HIDDEN_SHARE * time_limit, every_row_excess=every_row_excess)
             bound_stats.pop("analytic_bounds")
+            bound_stats.pop("every_row_excess")
             lower_bounds = bound_stats.pop("lower_bounds")
         progress(f"placement refined, round {refine_rounds} ({'adopted' if refined.get('adopted') else 'kept the plan'})",
                  best_energy, always=True)
@@ -1562,14 +1565,15 @@ def _refine_round(instance: Instance, objective, placement: Placement, problem: 
 
 
 def strong_bounds(instance: Instance, num_rows: int, load: np.ndarray | None = None, base=None,
-                  hidden: bool = True):
+                  hidden: bool = True, every_row_excess: float | None = None):
     """:class:`rp_opt.cost.CostBounds` valid for every placement, with the expert total
     sum_{r,g} X >= gamma sum_l LB_l where LB_l is the pigeonhole bound on the best max rank
     load of layer l (:func:`rp_opt.placement.placement_lower_bound`, >= MODEL.md's
     max(max_e load, sum_e load / P)), since sum_{r,g} max_p W[r,g,l,p] >= max_p L[l,p]
     (Eq. 4) holds for whatever placement the plan uses; with ``hidden``, the row excess
     for every placement too (:func:`rp_opt.cost.every_placement_row_excess`: the charge
-    and the excess of the blocks that cannot hide it)."""
+    and the excess of the blocks that cannot hide it), or ``every_row_excess`` when an
+    earlier call for this window and R computed it (it depends on no placement)."""
 
     from ..cost import every_placement_row_excess
     from ..placement import placement_lower_bound
@@ -1580,7 +1584,9 @@ def strong_bounds(instance: Instance, num_rows: int, load: np.ndarray | None = N
     expert_total = instance.cost.gamma * float(np.sum(lb))
     row_excess = base.row_excess
     if hidden:
-        row_excess = max(row_excess, every_placement_row_excess(instance, num_rows, base.sample_attention, load))
+        if every_row_excess is None:
+            every_row_excess = every_placement_row_excess(instance, num_rows, base.sample_attention, load)
+        row_excess = max(row_excess, every_row_excess)
     return replace(base, expert_total=max(base.expert_total, expert_total), row_excess=row_excess)
 
 
@@ -1601,7 +1607,7 @@ def hidden_seconds(instance: Instance) -> float:
 
 def report_bounds(instance: Instance, placement: Placement, num_rows: int, objective, demand_by_rank,
                   baseline: bool = True, ffd: Layout | None = None, load: np.ndarray | None = None,
-                  hidden_budget: float | None = None) -> dict:
+                  hidden_budget: float | None = None, every_row_excess: float | None = None) -> dict:
     """Lower bounds on the primary (and, with ``baseline``, the baseline's score).
 
     ``lower_bound`` holds for every placement and layout of ``num_rows`` rows (MODEL.md
@@ -1609,7 +1615,9 @@ def report_bounds(instance: Instance, placement: Placement, num_rows: int, objec
     bound of :func:`rp_opt.placement.placement_lower_bound`, and for a primary of row
     maxima the row excess for every placement where :func:`hidden_seconds` fits
     ``hidden_budget`` seconds, always when None: ``hidden_bound``, None where it does not
-    apply); ``placement_bound`` holds
+    apply; ``every_row_excess`` is that part, None where not computed, and taken as given
+    when the caller passes it from an earlier call: a refined placement needs no new one);
+    ``placement_bound`` holds
     only for this placement (the packing's own gap); ``lower_bounds`` is the
     :class:`rp_opt.cost.CostBounds` behind ``lower_bound`` (for its gap split). Reuses ``demand_by_rank`` and
     ``load`` (= ``window.expert_load()``) instead of recomputing them.
@@ -1624,9 +1632,11 @@ def report_bounds(instance: Instance, placement: Placement, num_rows: int, objec
         analytic = cost_bounds(instance, num_rows)
     # (only a primary of row maxima takes it, and only with a full-length sample it is > 0)
     applies = analytic.row_charge > 0 and analytic.uses_row_maxima(objective)
-    hidden = applies and (hidden_budget is None or hidden_seconds(instance) <= hidden_budget)
-    strong = strong_bounds(instance, num_rows, load, analytic, hidden=hidden)
+    hidden = applies and (every_row_excess is not None or hidden_budget is None
+                          or hidden_seconds(instance) <= hidden_budget)
+    strong = strong_bounds(instance, num_rows, load, analytic, hidden=hidden, every_row_excess=every_row_excess)
     out["hidden_bound"] = bool(hidden) if applies else None
+    out["every_row_excess"] = strong.row_excess if hidden else None
     out["analytic_bounds"] = analytic
     out["analytic_bound"] = analytic.objective(objective)[0]
     strong_value = strong.objective(objective)[0]
