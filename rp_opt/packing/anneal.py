@@ -1599,10 +1599,12 @@ def window_bound(instance: Instance, num_rows: int, objective) -> float:
 
 
 def hidden_seconds(instance: Instance) -> float:
-    """Estimated seconds of :func:`rp_opt.cost.every_placement_row_excess` (a few passes
-    over a[i,l,e]; measured 2.6 s for 3750 x 48 x 256 entries on the 2-core machine)."""
+    """Estimated seconds of :func:`rp_opt.cost.every_placement_row_excess`: a few passes
+    over a[i,l,e] and some work per layer and expert (on the 2-core machine 0.22, 0.35,
+    1.1 and 4.7 s for N = 512, 1024, 4096 and 16384 with L x E = 48 x 256; 0.09 s for
+    512 x 8 x 256)."""
     window = instance.window
-    return 6e-8 * window.num_samples * window.num_layers * window.num_experts
+    return window.num_layers * window.num_experts * (1e-5 + 2.5e-8 * window.num_samples)
 
 
 def report_bounds(instance: Instance, placement: Placement, num_rows: int, objective, demand_by_rank,

@@ -59,8 +59,9 @@ def hidden_excess(load: np.ndarray, demand: np.ndarray, lengths: np.ndarray, num
         [M] non-decreasing token capacities, the first 0.
     bucket_ratio
         The one-expert knapsacks (the swaps' ub_e) group samples by their tokens per token
-        on the expert in geometric buckets of this ratio, each taken at its upper edge: an
-        upper bound on the exact knapsack, within that ratio on the bucket it splits.
+        on the expert in buckets whose edges are at most this ratio apart (a float's
+        exponent and leading mantissa bits), each taken at its upper edge: an upper bound
+        on the exact knapsack, within that ratio on the bucket it splits.
     samples
         Indices (or a boolean mask) of the samples that may leave, into ``demand`` and
         ``lengths``; None: all of them.
@@ -97,42 +98,62 @@ def _layer_terms_at_zero(load: np.ndarray, num_ranks: int) -> float:
 
 
 def _knapsack_curves(values: np.ndarray, weights: np.ndarray, capacities: np.ndarray) -> np.ndarray:
-    """[S, M]: the fractional knapsack of each value column (``values`` [n, S]) at every
-    capacity: items by value per unit of weight, the last one in part (exact)."""
-    ratio = values / weights[:, None]
-    order = np.argsort(-ratio, axis=0, kind="stable")
-    zero = np.zeros((1, values.shape[1]))
-    cum_w = np.concatenate([zero, np.cumsum(weights[order], axis=0)])
-    cum_v = np.concatenate([zero, np.cumsum(np.take_along_axis(values, order, axis=0), axis=0)])
-    return np.stack([np.interp(capacities, cum_w[:, s], cum_v[:, s]) for s in range(values.shape[1])])
+    """[S, M]: the fractional knapsack of each value row (``values`` [S, n], items in
+    columns) at every capacity: items by value per unit of weight, the last one in part
+    (exact; items of equal ratio in any order give the same curve)."""
+    order = np.argsort(-(values / weights[None, :]), axis=1)
+    zero = np.zeros((values.shape[0], 1))
+    cum_w = np.concatenate([zero, np.cumsum(weights[order], axis=1)], axis=1)
+    cum_v = np.concatenate([zero, np.cumsum(np.take_along_axis(values, order, axis=1), axis=1)], axis=1)
+    return np.stack([np.interp(capacities, cum_w[s], cum_v[s]) for s in range(values.shape[0])])
 
 
-def _bucket_knapsack(values: np.ndarray, weights: np.ndarray, capacities: np.ndarray, ratio: float) -> np.ndarray:
-    """[S, M] upper bounds on :func:`_knapsack_curves` without sorting: items grouped by value
-    per unit of weight in geometric buckets (factor ``ratio``), whole buckets best first,
-    the one a capacity splits at its upper edge (and never above its value)."""
-    per_unit = values / weights[:, None]
+def _bucket_knapsack(values: np.ndarray, weights: np.ndarray, capacities: np.ndarray, ratio: float,
+                     per_unit: np.ndarray | None = None) -> np.ndarray:
+    """[S, M] upper bounds on :func:`_knapsack_curves` (``values`` [S, n]) without sorting:
+    items grouped by value per unit of weight (``per_unit`` [S, n], computed when None) in
+    buckets whose edges are at most ``ratio`` apart, whole buckets best first, the one a
+    capacity splits at its upper edge (and never above its value).
+
+    A bucket is a float's exponent and its leading b mantissa bits, 2^-b <= ratio - 1: the
+    bit pattern of a non-negative double, read as an integer, grows with its value, so a
+    shift of it numbers the buckets without a logarithm, and a bucket's upper edge is the
+    float whose pattern starts the next one."""
+    if per_unit is None:
+        per_unit = values / weights[None, :]
+    per_unit = np.ascontiguousarray(per_unit, dtype=np.float64)
+    rows = values.shape[0]
     top = float(per_unit.max()) if per_unit.size else 0.0
-    columns = values.shape[1]
     if top <= 0:
-        return np.zeros((columns, capacities.size))
-    step = np.log(ratio)
-    span = int(np.ceil(np.log(1e6) / step))                  # the last bucket: below top / 1e6 (and 0)
-    with np.errstate(divide="ignore"):
-        index = np.minimum(np.log(top / per_unit) / step, span).astype(np.int64)
-    flat = (index + np.arange(columns)[None, :] * (span + 1)).ravel()
-    size = columns * (span + 1)
-    bucket_w = np.bincount(flat, np.repeat(weights, columns), minlength=size).reshape(columns, span + 1)
-    bucket_v = np.bincount(flat, values.ravel(), minlength=size).reshape(columns, span + 1)
-    edge = top / np.exp(step * np.arange(span + 1))            # each bucket's highest value per unit
-    cum_w = np.concatenate([np.zeros((columns, 1)), np.cumsum(bucket_w, axis=1)], axis=1)
-    cum_v = np.concatenate([np.zeros((columns, 1)), np.cumsum(bucket_v, axis=1)], axis=1)
-    out = np.empty((columns, capacities.size))
-    for s in range(columns):
-        j = np.minimum(np.searchsorted(cum_w[s], capacities, side="right") - 1, span)   # whole buckets 0..j-1
-        part = np.minimum(bucket_v[s, j], (capacities - cum_w[s, j]) * edge[j])
-        out[s] = cum_v[s, j] + np.maximum(part, 0.0)
-    return out
+        return np.zeros((rows, capacities.size))
+    mantissa = int(min(52, max(0, np.ceil(-np.log2(ratio - 1.0)))))
+    shift = 52 - mantissa
+    span = int(np.ceil(np.log2(1e6))) << mantissa        # the last bucket: below about top / 1e6 (and 0)
+    top_key = int(np.array(top).view(np.int64)) >> shift
+    index = per_unit.view(np.int64) >> shift
+    np.subtract(top_key, index, out=index)
+    np.minimum(index, span, out=index)
+    index += (np.arange(rows, dtype=np.int64) * (span + 1))[:, None]         # one count for all rows
+    size = rows * (span + 1)
+    bucket_w = np.bincount(index.ravel(), np.broadcast_to(weights, per_unit.shape).ravel(),
+                           minlength=size).reshape(rows, span + 1)
+    bucket_v = np.bincount(index.ravel(), np.ascontiguousarray(values, dtype=np.float64).ravel(),
+                           minlength=size).reshape(rows, span + 1)
+    # each bucket's upper edge: the first float of the next key (> every member's value)
+    keys = np.maximum(top_key - np.arange(span + 1, dtype=np.int64) + 1, 1)
+    edge = (keys << shift).view(np.float64)
+    cum_w = np.concatenate([np.zeros((rows, 1)), np.cumsum(bucket_w, axis=1)], axis=1)
+    cum_v = np.concatenate([np.zeros((rows, 1)), np.cumsum(bucket_v, axis=1)], axis=1)
+    # whole buckets 0..j-1 below each capacity (cum_w is non-decreasing along a row), by a
+    # loop over the shorter of the capacities and the rows
+    if capacities.size <= rows:
+        j = np.stack([np.count_nonzero(cum_w <= c, axis=1) for c in capacities], axis=1) - 1
+    else:
+        j = np.stack([np.searchsorted(row, capacities, side="right") for row in cum_w]) - 1
+    j = np.minimum(j, span)                                                             # [rows, M]
+    part = np.minimum(np.take_along_axis(bucket_v, j, axis=1),
+                      (capacities[None, :] - np.take_along_axis(cum_w, j, axis=1)) * edge[j])
+    return np.take_along_axis(cum_v, j, axis=1) + np.maximum(part, 0.0)
 
 
 def _layer(load: np.ndarray, demand: np.ndarray, lengths: np.ndarray, num_ranks: int, capacities: np.ndarray,
@@ -140,18 +161,19 @@ def _layer(load: np.ndarray, demand: np.ndarray, lengths: np.ndarray, num_ranks:
     """[M] for one layer: entry 0 at T_H = 0, entry m over T_H in [capacities[m-1], capacities[m]]."""
     num_experts = load.size
     per_rank = num_experts // num_ranks
-    demand = demand.astype(np.int64)
+    # one row per expert (contiguous for the per-expert knapsacks); token counts, whose
+    # sums are exact in float64
+    values = np.array(demand.T, dtype=np.float64, order="C")                  # [E, n]
     weights = lengths
-    routed_rate = demand.sum(axis=1) / weights
-    rate_min, rate_max = float(routed_rate.min()), float(routed_rate.max())
     # exact experts: a[i,e] = c_e T_i for every sample (c_e = 0 for an expert none of them
     # visits); equal float quotients flag them, integers confirm
-    per_token = demand / weights[:, None]
-    best_rate = per_token.max(axis=0)
-    exact = per_token.min(axis=0) == best_rate
+    per_token = values / weights[None, :]
+    best_rate = per_token.max(axis=1)
+    exact = per_token.min(axis=1) == best_rate
     whole = lengths.astype(np.int64)
     flagged = np.flatnonzero(exact)                  # a_ie T_0 == a_0e T_i
-    exact[flagged] = np.all(demand[:, flagged] * whole[0] == demand[0, flagged][None, :] * whole[:, None], axis=0)
+    counts = demand[:, flagged].astype(np.int64)
+    exact[flagged] = np.all(counts * whole[0] == counts[0][None, :] * whole[:, None], axis=0)
     rate = np.where(exact, best_rate, 0.0)
     inexact = ~exact
     order = np.argsort(-load, kind="stable")                  # heaviest first
@@ -163,11 +185,16 @@ def _layer(load: np.ndarray, demand: np.ndarray, lengths: np.ndarray, num_ranks:
     top_sets = [order[:h] for h in range(1, num_ranks + 1)]
     low_sets = [lightest[:q] for q in sizes]
     sets = top_sets + low_sets
-    # the sets are prefixes of the two orders: their samples' tokens by cumulative sums
-    widest = int(sizes.max()) if sizes.size else 0
-    heavy_part = np.cumsum(demand[:, order[:num_ranks]] * inexact[order[:num_ranks]], axis=1)
-    light_part = np.cumsum(demand[:, lightest[:widest]] * inexact[lightest[:widest]], axis=1)
-    columns = np.concatenate([heavy_part, light_part[:, sizes - 1]], axis=1).astype(np.float64)
+    # every sample's tokens on the inexact experts of each set, and its routed tokens, as
+    # one product with a 0/1 matrix (one pass over a instead of a running sum per set)
+    select = np.zeros((num_experts, len(sets) + 1))
+    for column, members in enumerate(sets):
+        select[members, column] = inexact[members]
+    select[:, -1] = 1.0
+    sums = select.T @ values                                                  # [sets + 1, n]
+    columns = sums[:-1]
+    routed_rate = sums[-1] / weights
+    rate_min, rate_max = float(routed_rate.min()), float(routed_rate.max())
     knap = np.minimum(_knapsack_curves(columns, weights, capacities),
                       np.array([load[s[inexact[s]]].sum() for s in sets])[:, None])        # [sets, M]
     linear = np.array([rate[s].sum() for s in sets])                                     # c(S) per token
@@ -179,7 +206,7 @@ def _layer(load: np.ndarray, demand: np.ndarray, lengths: np.ndarray, num_ranks:
     single = np.zeros((num_experts, capacities.size))
     if candidates.size:
         single[candidates] = np.minimum(
-            _bucket_knapsack(demand[:, candidates].astype(np.float64), weights, capacities, bucket_ratio),
+            _bucket_knapsack(values[candidates], weights, capacities, bucket_ratio, per_token[candidates]),
             load[candidates][:, None])
     outs = [np.sort(load[s])[::-1] for s in low_sets]          # heaviest out first
     others = [np.setdiff1d(np.arange(num_experts), s, assume_unique=True) for s in low_sets]
