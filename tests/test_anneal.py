@@ -716,6 +716,28 @@ def test_others_running_sees_a_busy_process_at_once():
     assert anneal.others_running(samples=9) <= before + 1
 
 
+def test_cycles_use_the_time_a_converged_search_leaves():
+    """A 40-sample window's block search ends at a local optimum long before a 2-s limit
+    (the README's default window at 10 s ended at 6.5 s before cycles): by default the
+    heuristic then runs further cycles of anneal, search and placement refinement from its
+    best plan (``stats["cycles"]``, every refine round in ``stats["refine"]``), each plan
+    checked; ``cycles=False`` keeps one cycle, and so does a fixed schedule, whose two runs
+    stay equal."""
+    inst = small(samples=40, seed=3)
+    res = anneal.heuristic(inst, objective="sync", time_limit=2.0, seed=0, report_baseline=False)
+    assert_checked(inst, res)
+    assert res.stats["cycles"] >= 2 and len(res.stats["refine"]) >= 2
+    one = anneal.heuristic(inst, objective="sync", time_limit=2.0, seed=0, cycles=False, report_baseline=False)
+    assert_checked(inst, one)
+    assert one.stats["cycles"] == 1 and len(one.stats["refine"]) == 1
+    fixed = [anneal.heuristic(inst, objective="sync", seed=0, temperatures=4, replicas=8, report_baseline=False)
+             for _ in range(2)]
+    for res in fixed:
+        assert_checked(inst, res)
+        assert res.stats["cycles"] == 1
+    assert fixed[0].score == fixed[1].score
+
+
 def test_background_bound_gives_the_window_bound_in_the_report():
     """``background_bound``: a row excess for every placement too slow for a tenth of the
     limit (here estimated 0.070 s for 512 x 12 x 256 entries, against 0.05 s) runs in a forked

@@ -133,7 +133,7 @@ BAD = [
     ("refine_share", 1.5), ("refine_rounds", 0), ("refine_sweeps", 0.5), ("search_workers", 0),
     ("surrogate", -0.1), ("surrogate", float("inf")), ("reserve", -1), ("reserve", 0.5), ("seeds", "nope"),
     ("seeds", []), ("search", "sometimes"), ("num_rows", 0), ("regroup", "maybe"), ("regroup", 2),
-    ("anchor_margin", -0.1), ("anchor_margin", "x"), ("background_bound", "maybe"),
+    ("anchor_margin", -0.1), ("anchor_margin", "x"), ("background_bound", "maybe"), ("cycles", "maybe"),
 ]
 
 
@@ -161,7 +161,7 @@ def test_unknown_option_lists_workers():
     ("search_screen", None, None), ("workers", 8.0, 8), ("workers", "3.0", 3), ("surrogate", "0", 0.0),
     ("time_limit", "2.5", 2.5), ("seeds", "none", None), ("regroup", "none", None), ("regroup", None, None),
     ("regroup", "no", False), ("regroup", 1, True), ("seeds", "anchors,greedy", ("anchors", "greedy")),
-    ("anchor_margin", "0.01", 0.01), ("background_bound", "yes", True),
+    ("anchor_margin", "0.01", 0.01), ("background_bound", "yes", True), ("cycles", "no", False),
 ])
 def test_option_values_from_python_and_the_cli(name, value, expected):
     """The CLI's ``--option KEY=VALUE`` gives JSON values when they parse, else text."""

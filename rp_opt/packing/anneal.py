@@ -912,6 +912,7 @@ OPTION_RULES: dict = {
     "workers": _count("one per core"),
     "anneal_share": partial(number, low=0, high=1),
     "candidates": _count(),
+    "cycles": switch,
     "no_improvement": _count("off"),
     "num_rows": _count("R*"),
     "refine": switch,
@@ -1029,8 +1030,10 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     first aggregate is a maximum of sums such as ``shard``; unless it is False, after each
     search (also the placement refinement's) the blocks are arranged whole for
     that aggregate when it is a sum of maxima or a maximum of sums, the time counted in
-    ``timings["search"]``), ``refine_rounds`` (1),
-    ``refine_sweeps`` (swap sweeps with a fixed schedule, 20),
+    ``timings["search"]``), ``refine_rounds`` (per cycle, 1),
+    ``refine_sweeps`` (swap sweeps with a fixed schedule, 20), ``cycles`` (true: while a
+    tenth of the limit is left after the refinement, another cycle of anneal, search and
+    refinement from the best plan; ``stats["cycles"]`` counts them),
     ``search_workers`` (processes of the block search; default: ``workers`` with
     ``temperatures`` or when no other thread runs now (:func:`others_running`; the 1-min
     load average where that cannot be read) so that a core is free, else 1), ``surrogate`` (0.05), ``reserve`` (seconds
@@ -1280,117 +1283,135 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     # Ctrl-C (KeyboardInterrupt) during the anneal, a search or a refine round ends the run
     # with the best plan so far (stats["interrupted"]); the workers leave it to this process
     interrupted = False
-    while True:
-        # one round: population annealing from the best so far and the seeds (diversification),
-        # then the block-pair search from the anneal's best (intensification); another round
-        # only when the search stopped at a local optimum with time left
-        if skip_anneal and best is None:
-            found, energy, astats = _best_start(problem, starts)
-            found, energy, stats["search_start"] = _preferred_start(names, starts, astats.start_energies, found,
-                                                                    energy, float(options.get("anchor_margin", 1e-3)))
-        else:
-            try:
-                found, energy, astats = anneal(
-                    problem, starts if best is None else [best] + starts, replicas=replicas, workers=workers,
-                    seed=int(seed) + 1000 * rounds, stop=stop, time_limit=run_limit,
-                    temperatures=int(options.get("temperatures") or 60),
-                    steps_per_temperature=int(options.get("steps_per_temperature", 20)),
-                    candidates=int(options.get("candidates", 4)))
-            except KeyboardInterrupt:
-                # Ctrl-C outside the anneal's own loop (its set-up or teardown): the best start
-                found, energy, astats = _best_start(problem, starts if best is None else [best] + starts)
-                astats.interrupted = True
-        timings["anneal"] += astats.seconds
-        if seed_energy is None:
-            seed_energy = dict(zip(names, astats.start_energies or []))
-            anneal_energy = energy
-            if seed_energy:
-                rule = min(seed_energy, key=seed_energy.get)
-                progress(f"best seed {rule}", seed_energy[rule])
-        if energy < best_energy:
-            best, best_energy = found, energy
-        rounds += 1
-        if not (skip_anneal and rounds == 1):
-            progress(f"anneal, round {rounds}", best_energy)
-        interrupted = astats.interrupted
-        if interrupted or not do_search:
-            break
-        if deadline is not None and time.perf_counter() >= deadline:
-            # the phases before it (placement, R*, rank demand, seeds, bounds) took the time: a
-            # search would only build its state and stop, past the limit (0.1 s at N = 8192, 1 s)
-            search_stats = search_stats or {"skipped": "deadline passed before the search"}
-            break
-        t = time.perf_counter()
-        evals = (options.get("search_evaluations") or 200) if deterministic else options.get("search_evaluations")
-        try:
-            found, energy, search_stats = search_layout(
-                problem, best, deadline=deadline, max_evaluations=evals, seed=int(seed) + 1000 * rounds,
-                cap=options.get("search_cap"), surrogate=float(options.get("surrogate", 0.05)),
-                screen=options.get("search_screen", 32), workers=int(search_workers))
-        except KeyboardInterrupt:  # outside the search's own loop (its set-up or teardown): the anneal's best
-            found, energy, search_stats = best, best_energy, {"interrupted": True}
-        if energy <= best_energy:
-            best, best_energy = found, energy
-        if not search_stats.get("interrupted"):
-            best, best_energy = _arrange_after_search(problem, best, best_energy, options, search_stats)
-        if deadline is not None:
-            # a search returns after its deadline by its last block pair and its own teardown;
-            # the refinement's search ends that much earlier
-            overrun = max(overrun, time.perf_counter() - deadline)
-        timings["search"] += time.perf_counter() - t
-        progress(f"block search, round {rounds}", best_energy)
-        left = (started + time_limit - reserve) - time.perf_counter()
-        interrupted = bool(search_stats.get("interrupted"))
-        if interrupted or deterministic or not search_stats.get("local_optimum") or left < 0.1 * time_limit:
-            break
-        # the search is at a local optimum: diversify with an anneal from it and the seeds
-        run_limit = max(share, 0.3) * left
-        stop = MaxSeconds(run_limit)
-    stats["rounds"] = rounds
-
     refine_rounds, stats["refine"], timings["refine"] = 0, [], 0.0
-    while do_refine and not interrupted:
-        # rounds of (refine the placement for the layout, search the layout again) until the
-        # time is up, a round is not adopted, or (fixed schedule) ``refine_rounds`` rounds
-        t = time.perf_counter()
-        left = None if final_deadline is None else final_deadline - overrun - t
-        if left is not None and left <= timings["rank_demand"]:
-            # the round's placement refinement gets half of what summing the block demand and
-            # the new rank demand (each about the rank demand's time) leave: nothing, so it
-            # would end after that sum with no swap, past the limit (0.2-0.4 s at N = 8192-16384)
-            stats["refine_skipped"] = (f"{max(left, 0.0):.2f} s left, the rank demand took "
-                                       f"{timings['rank_demand']:.2f} s")
+    cycles = 0
+    while True:
+        # a cycle: packing rounds (anneal, block search), then rounds of placement
+        # refinement; another cycle from the best plan while a tenth of the limit is left
+        # (a small window's searches end at local optima long before the limit: the
+        # README's default window, 10 s, ended at 6.5 s)
+        while True:
+            # one round: population annealing from the best so far and the seeds (diversification),
+            # then the block-pair search from the anneal's best (intensification); another round
+            # only when the search stopped at a local optimum with time left
+            if skip_anneal and best is None:
+                found, energy, astats = _best_start(problem, starts)
+                found, energy, stats["search_start"] = _preferred_start(names, starts, astats.start_energies, found,
+                                                                        energy, float(options.get("anchor_margin", 1e-3)))
+            else:
+                try:
+                    found, energy, astats = anneal(
+                        problem, starts if best is None else [best] + starts, replicas=replicas, workers=workers,
+                        seed=int(seed) + 1000 * rounds, stop=stop, time_limit=run_limit,
+                        temperatures=int(options.get("temperatures") or 60),
+                        steps_per_temperature=int(options.get("steps_per_temperature", 20)),
+                        candidates=int(options.get("candidates", 4)))
+                except KeyboardInterrupt:
+                    # Ctrl-C outside the anneal's own loop (its set-up or teardown): the best start
+                    found, energy, astats = _best_start(problem, starts if best is None else [best] + starts)
+                    astats.interrupted = True
+            timings["anneal"] += astats.seconds
+            if seed_energy is None:
+                seed_energy = dict(zip(names, astats.start_energies or []))
+                anneal_energy = energy
+                if seed_energy:
+                    rule = min(seed_energy, key=seed_energy.get)
+                    progress(f"best seed {rule}", seed_energy[rule])
+            if energy < best_energy:
+                best, best_energy = found, energy
+            rounds += 1
+            if not (skip_anneal and rounds == 1):
+                progress(f"anneal, round {rounds}", best_energy)
+            interrupted = astats.interrupted
+            if interrupted or not do_search:
+                break
+            if deadline is not None and time.perf_counter() >= deadline:
+                # the phases before it (placement, R*, rank demand, seeds, bounds) took the time: a
+                # search would only build its state and stop, past the limit (0.1 s at N = 8192, 1 s)
+                search_stats = search_stats or {"skipped": "deadline passed before the search"}
+                break
+            t = time.perf_counter()
+            evals = (options.get("search_evaluations") or 200) if deterministic else options.get("search_evaluations")
+            try:
+                found, energy, search_stats = search_layout(
+                    problem, best, deadline=deadline, max_evaluations=evals, seed=int(seed) + 1000 * rounds,
+                    cap=options.get("search_cap"), surrogate=float(options.get("surrogate", 0.05)),
+                    screen=options.get("search_screen", 32), workers=int(search_workers))
+            except KeyboardInterrupt:  # outside the search's own loop (its set-up or teardown): the anneal's best
+                found, energy, search_stats = best, best_energy, {"interrupted": True}
+            if energy <= best_energy:
+                best, best_energy = found, energy
+            if not search_stats.get("interrupted"):
+                best, best_energy = _arrange_after_search(problem, best, best_energy, options, search_stats)
+            if deadline is not None:
+                # a search returns after its deadline by its last block pair and its own teardown;
+                # the refinement's search ends that much earlier
+                overrun = max(overrun, time.perf_counter() - deadline)
+            timings["search"] += time.perf_counter() - t
+            progress(f"block search, round {rounds}", best_energy)
+            left = (started + time_limit - reserve) - time.perf_counter()
+            interrupted = bool(search_stats.get("interrupted"))
+            if interrupted or deterministic or not search_stats.get("local_optimum") or left < 0.1 * time_limit:
+                break
+            # the search is at a local optimum: diversify with an anneal from it and the seeds
+            run_limit = max(share, 0.3) * left
+            stop = MaxSeconds(run_limit)
+        stats["rounds"] = rounds
+        cycle_refines = 0
+        while do_refine and not interrupted:
+            # rounds of (refine the placement for the layout, search the layout again) until the
+            # time is up, a round is not adopted, or (fixed schedule) ``refine_rounds`` rounds
+            t = time.perf_counter()
+            left = None if final_deadline is None else final_deadline - overrun - t
+            if left is not None and left <= timings["rank_demand"]:
+                # the round's placement refinement gets half of what summing the block demand and
+                # the new rank demand (each about the rank demand's time) leave: nothing, so it
+                # would end after that sum with no swap, past the limit (0.2-0.4 s at N = 8192-16384)
+                stats["refine_skipped"] = (f"{max(left, 0.0):.2f} s left, the rank demand took "
+                                           f"{timings['rank_demand']:.2f} s")
+                break
+            end = None if left is None else t + left / max(1, int(options.get("refine_rounds", 1)) - cycle_refines)
+            try:
+                refined = _refine_round(instance, objective, placement, problem, best, best_energy, end,
+                                        seed=int(seed) + refine_rounds, deterministic=deterministic, options=options,
+                                        search_workers=int(search_workers), rank_demand_seconds=timings["rank_demand"])
+            except KeyboardInterrupt:  # in the placement refinement: keep the plan before this round
+                interrupted = True
+                break
+            interrupted = bool(refined["stats"].get("search", {}).get("interrupted"))
+            refine_rounds += 1
+            cycle_refines += 1
+            timings["refine"] += time.perf_counter() - t
+            stats["refine"].append(refined["stats"])
+            if refined.get("adopted"):
+                placement, major, problem = refined["placement"], refined["major"], refined["problem"]
+                demand = rank_major_view(major, window.num_layers)
+                best, best_energy = refined["layout"], refined["energy"]
+                if not stats["placement"].endswith("refined for the layout"):
+                    stats["placement"] = f"{stats.get('placement')} + refined for the layout"
+                # (the row excess for every placement, placement-free, is not computed again)
+                bound_stats = report_bounds(instance, placement, num_rows, objective, demand, baseline=False, load=load,
+                                            hidden_budget=HIDDEN_SHARE * time_limit, every_row_excess=every_row_excess)
+                bound_stats.pop("analytic_bounds")
+                bound_stats.pop("every_row_excess")
+                lower_bounds = bound_stats.pop("lower_bounds")
+            progress(f"placement refined, round {refine_rounds} ({'adopted' if refined.get('adopted') else 'kept the plan'})",
+                     best_energy, always=True)
+            now = time.perf_counter()
+            if (interrupted or not refined.get("adopted") or cycle_refines >= int(options.get("refine_rounds", 1))
+                    or (final_deadline is not None and final_deadline - now < 0.05 * time_limit)):
+                break
+        cycles += 1
+        left = None if final_deadline is None else final_deadline - overrun - time.perf_counter()
+        if (interrupted or deterministic or not do_search or left is None or left < 0.1 * time_limit
+                or not bool(options.get("cycles", True))):
             break
-        end = None if left is None else t + left / max(1, int(options.get("refine_rounds", 1)) - refine_rounds)
-        try:
-            refined = _refine_round(instance, objective, placement, problem, best, best_energy, end,
-                                    seed=int(seed) + refine_rounds, deterministic=deterministic, options=options,
-                                    search_workers=int(search_workers), rank_demand_seconds=timings["rank_demand"])
-        except KeyboardInterrupt:  # in the placement refinement: keep the plan before this round
-            interrupted = True
-            break
-        interrupted = bool(refined["stats"].get("search", {}).get("interrupted"))
-        refine_rounds += 1
-        timings["refine"] += time.perf_counter() - t
-        stats["refine"].append(refined["stats"])
-        if refined.get("adopted"):
-            placement, major, problem = refined["placement"], refined["major"], refined["problem"]
-            demand = rank_major_view(major, window.num_layers)
-            best, best_energy = refined["layout"], refined["energy"]
-            if not stats["placement"].endswith("refined for the layout"):
-                stats["placement"] = f"{stats.get('placement')} + refined for the layout"
-            # (the row excess for every placement, placement-free, is not computed again)
-            bound_stats = report_bounds(instance, placement, num_rows, objective, demand, baseline=False, load=load,
-                                        hidden_budget=HIDDEN_SHARE * time_limit, every_row_excess=every_row_excess)
-            bound_stats.pop("analytic_bounds")
-            bound_stats.pop("every_row_excess")
-            lower_bounds = bound_stats.pop("lower_bounds")
-        progress(f"placement refined, round {refine_rounds} ({'adopted' if refined.get('adopted') else 'kept the plan'})",
-                 best_energy, always=True)
-        now = time.perf_counter()
-        if (interrupted or not refined.get("adopted") or refine_rounds >= int(options.get("refine_rounds", 1))
-                or (final_deadline is not None and final_deadline - now < 0.05 * time_limit)):
-            break
+        # diversify from the best plan (under its refined placement) and search again,
+        # leaving the refinement its share of what is left
+        run_limit = max(share, 0.3) * left * (1 - refine_share if do_refine else 1)
+        stop = MaxSeconds(run_limit)
+        deadline = final_deadline - refine_share * left if do_refine else final_deadline
+    stats["cycles"] = cycles
 
     t = time.perf_counter()
     layout = Layout(best, num_rows, cluster.dp)
