@@ -721,8 +721,8 @@ def test_cycles_use_the_time_a_converged_search_leaves():
     (the README's default window at 10 s ended at 6.5 s before cycles): by default the
     heuristic then runs further cycles of anneal, search and placement refinement from its
     best plan (``stats["cycles"]``, every refine round in ``stats["refine"]``), each plan
-    checked; ``cycles=False`` keeps one cycle, and so does a fixed schedule, whose two runs
-    stay equal."""
+    checked; ``cycles=False`` keeps one cycle, and so do a cap on the searches
+    (``search_evaluations``) and a fixed schedule, whose two runs stay equal."""
     inst = small(samples=40, seed=3)
     res = anneal.heuristic(inst, objective="sync", time_limit=2.0, seed=0, report_baseline=False)
     assert_checked(inst, res)
@@ -730,6 +730,10 @@ def test_cycles_use_the_time_a_converged_search_leaves():
     one = anneal.heuristic(inst, objective="sync", time_limit=2.0, seed=0, cycles=False, report_baseline=False)
     assert_checked(inst, one)
     assert one.stats["cycles"] == 1 and len(one.stats["refine"]) == 1
+    capped = anneal.heuristic(inst, objective="sync", time_limit=2.0, seed=0, search_evaluations=5,
+                              report_baseline=False)
+    assert_checked(inst, capped)
+    assert capped.stats["cycles"] == 1
     fixed = [anneal.heuristic(inst, objective="sync", seed=0, temperatures=4, replicas=8, report_baseline=False)
              for _ in range(2)]
     for res in fixed:

@@ -1033,7 +1033,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     ``timings["search"]``), ``refine_rounds`` (per cycle, 1),
     ``refine_sweeps`` (swap sweeps with a fixed schedule, 20), ``cycles`` (true: while a
     tenth of the limit is left after the refinement, another cycle of anneal, search and
-    refinement from the best plan; ``stats["cycles"]`` counts them),
+    refinement from the best plan, unless ``search_evaluations`` caps the searches;
+    ``stats["cycles"]`` counts them),
     ``search_workers`` (processes of the block search; default: ``workers`` with
     ``temperatures`` or when no other thread runs now (:func:`others_running`; the 1-min
     load average where that cannot be read) so that a core is free, else 1), ``surrogate`` (0.05), ``reserve`` (seconds
@@ -1404,7 +1405,7 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
         cycles += 1
         left = None if final_deadline is None else final_deadline - overrun - time.perf_counter()
         if (interrupted or deterministic or not do_search or left is None or left < 0.1 * time_limit
-                or not bool(options.get("cycles", True))):
+                or not bool(options.get("cycles", True)) or options.get("search_evaluations")):
             break
         # diversify from the best plan (under its refined placement) and search again,
         # leaving the refinement its share of what is left
