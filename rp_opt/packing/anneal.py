@@ -1297,8 +1297,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
             # only when the search stopped at a local optimum with time left
             if skip_anneal and best is None:
                 found, energy, astats = _best_start(problem, starts)
-                found, energy, stats["search_start"] = _preferred_start(names, starts, astats.start_energies, found,
-                                                                        energy, float(options.get("anchor_margin", 1e-3)))
+                found, energy, stats["search_start"] = _preferred_start(
+                    names, starts, astats.start_energies, found, energy, float(options.get("anchor_margin", 1e-3)))
             else:
                 try:
                     found, energy, astats = anneal(
@@ -1396,8 +1396,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
                 bound_stats.pop("analytic_bounds")
                 bound_stats.pop("every_row_excess")
                 lower_bounds = bound_stats.pop("lower_bounds")
-            progress(f"placement refined, round {refine_rounds} ({'adopted' if refined.get('adopted') else 'kept the plan'})",
-                     best_energy, always=True)
+            verdict = "adopted" if refined.get("adopted") else "kept the plan"
+            progress(f"placement refined, round {refine_rounds} ({verdict})", best_energy, always=True)
             now = time.perf_counter()
             if (interrupted or not refined.get("adopted") or cycle_refines >= int(options.get("refine_rounds", 1))
                     or (final_deadline is not None and final_deadline - now < 0.05 * time_limit)):
