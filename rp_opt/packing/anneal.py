@@ -513,7 +513,8 @@ class BackgroundBound:
     in a forked process beside the plan, so that the plan's report gets the bound a
     separate certificate would give. It costs the search: measured on the 5-s `sync` plan
     of the N = 4096 reference window, 8864637, 8865242, 8865555 with it against 8863727,
-    8863636 without (about 0.015 %; niced, 8864355-8865034), hence off by default."""
+    8863636 without (about 0.015 %; niced, 8864355-8865034); on 2026-12-06, 8867994 and
+    8868816 against 8864288 and 8864528 (about 0.04 %): hence off by default."""
 
     def __init__(self, instance: Instance, num_rows: int, load: np.ndarray | None):
         ctx = mp.get_context("fork")

@@ -109,9 +109,9 @@ def _knapsack_curves(values: np.ndarray, weights: np.ndarray, capacities: np.nda
 
 
 def _bucket_knapsack(values: np.ndarray, weights: np.ndarray, capacities: np.ndarray, ratio: float,
-                     per_unit: np.ndarray | None = None) -> np.ndarray:
+                     per_unit: np.ndarray) -> np.ndarray:
     """[S, M] upper bounds on :func:`_knapsack_curves` (``values`` [S, n]) without sorting:
-    items grouped by value per unit of weight (``per_unit`` [S, n], computed when None) in
+    items grouped by value per unit of weight (``per_unit`` [S, n], values / weights) in
     buckets whose edges are at most ``ratio`` apart, whole buckets best first, the one a
     capacity splits at its upper edge (and never above its value).
 
@@ -119,8 +119,6 @@ def _bucket_knapsack(values: np.ndarray, weights: np.ndarray, capacities: np.nda
     bit pattern of a non-negative double, read as an integer, grows with its value, so a
     shift of it numbers the buckets without a logarithm, and a bucket's upper edge is the
     float whose pattern starts the next one."""
-    if per_unit is None:
-        per_unit = values / weights[None, :]
     per_unit = np.ascontiguousarray(per_unit, dtype=np.float64)
     rows = values.shape[0]
     top = float(per_unit.max()) if per_unit.size else 0.0
