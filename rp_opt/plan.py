@@ -3,7 +3,7 @@
 ``plan(instance, solver=...)`` runs any registered planner by name. ``auto`` picks: the
 exact packing (:mod:`rp_opt.packing.exact`) when the window is small enough for the exact
 model to finish within the time limit, warm-started by the heuristic's plan (a MIP start),
-and the heuristic (:mod:`rp_opt.packing.anneal`) otherwise. Its stats say which ran and
+and the heuristic (:mod:`rp_opt.packing.heuristic`) otherwise. Its stats say which ran and
 why (``auto_choice``, ``auto_reason``).
 """
 
@@ -15,7 +15,9 @@ import time
 from .cost import get_objective
 # the heuristic's module (with the row certifier: 0.6 s to import) loads with this one, in
 # get_solver("auto"), not inside the first plan's time limit
-from .packing.anneal import _l1_rows, heuristic_inputs, improvement
+from .packing.bounds import improvement
+from .packing.heuristic import _l1_rows
+from .packing.heuristic_options import heuristic_inputs
 from .result import FEASIBLE, OPTIMAL, Result
 from .solvers import get_solver, register_solver
 from .window import Instance

@@ -252,7 +252,7 @@ class Planner:
     solver_options
         Extra keyword options passed to the solver, checked here against the options of
         the solver the mode runs (``heuristic`` and ``auto``: the heuristic's own check,
-        :func:`rp_opt.packing.anneal.heuristic_inputs`; ``exact``:
+        :func:`rp_opt.packing.heuristic_options.heuristic_inputs`; ``exact``:
         :func:`rp_opt.packing.exact.check_options`; the baselines: ``num_rows``); an unknown
         option or a bad value is one line naming ``solver_options``. Other registered
         solvers check their options when they run.
@@ -289,7 +289,7 @@ class Planner:
         require(self.certify_share < 1, "certify_share", f"must be a number in (0, 1), got {certify_share!r}")
         self.cluster = cluster
         self.objective = get_objective(objective).name
-        from .packing.anneal import check_option
+        from .packing.heuristic_options import check_option
 
         self.seed = check_option("seed", seed)  # in [0, 2^31 - 1], checked here rather than at step 1
         self.warm_start = switch("warm_start", warm_start)
@@ -656,7 +656,7 @@ def check_solver_options(solver: str, options: dict, time_limit: float, seed: in
     ``solver_options.NAME`` for a bad value.
 
     ``heuristic`` and ``auto`` (whose options go to the heuristic) use the heuristic's own
-    check, :func:`rp_opt.packing.anneal.heuristic_inputs`; ``exact``
+    check, :func:`rp_opt.packing.heuristic_options.heuristic_inputs`; ``exact``
     :func:`rp_opt.packing.exact.check_options`; the baselines take ``num_rows`` only (what they
     check when they run). ``placement`` (which the Planner sets otherwise) is left to the
     solver. Other registered solvers are not checked here: they check their options when
@@ -665,7 +665,7 @@ def check_solver_options(solver: str, options: dict, time_limit: float, seed: in
     rest = {name: value for name, value in options.items() if name != "placement"}
     try:
         if solver in ("heuristic", "auto"):
-            from .packing.anneal import heuristic_inputs
+            from .packing.heuristic_options import heuristic_inputs
 
             workers = rest.pop("workers", None)
             heuristic_inputs(time_limit, seed, workers, rest)

@@ -23,7 +23,7 @@ _PROVIDERS = {
     "lpt-ffd": "rp_opt.packing.baseline",
     "exact": "rp_opt.packing.exact",
     "joint": "rp_opt.packing.exact",
-    "heuristic": "rp_opt.packing.anneal",
+    "heuristic": "rp_opt.packing.heuristic",
     "auto": "rp_opt.plan",
 }
 

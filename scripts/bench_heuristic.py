@@ -22,6 +22,10 @@ from rp_opt import synth
 from rp_opt.check import check
 from rp_opt.solvers import get_solver
 from rp_opt.packing import anneal
+from rp_opt.packing.bounds import timed_window_bound
+from rp_opt.packing.heuristic import certified_rows, default_placement
+from rp_opt.packing.improve import search_layout
+from rp_opt.packing.state import load_layouts, make_problem, State
 
 
 def small(count: int, exact_time: float, objective: str = "sync"):
@@ -75,15 +79,6 @@ def window(n: int, cache: str = "/tmp", corr: float | None = None):
     return inst
 
 
-def window_bound(inst, rows: int, objective: str) -> tuple[float, float]:
-    """(bound, seconds): the window's bound for every placement with no time limit (a
-    plan's report adds the row excess for every placement only where it fits a share of
-    the plan's limit: anneal.HIDDEN_SHARE), computed outside the timed plan."""
-    started = time.perf_counter()
-    bound = anneal.window_bound(inst, rows, objective)
-    return bound, time.perf_counter() - started
-
-
 def production(seconds: float, samples: int = 4096, reference: float = 0.0, corr: float | None = None,
                cache: str = "/tmp", objective: str = "sync"):
     inst = window(samples, cache, corr)
@@ -100,7 +95,7 @@ def production(seconds: float, samples: int = 4096, reference: float = 0.0, corr
         ref = get_solver("heuristic")(inst, objective=objective, time_limit=reference, seed=1, report_baseline=False)
         assert check(inst, ref.plan).valid
         rows[f"heuristic {reference:g} s"] = ref
-    certificate, certificate_seconds = window_bound(inst, heur.stats["num_rows"], objective)
+    certificate, certificate_seconds = timed_window_bound(inst, heur.stats["num_rows"], objective)
     bound = max(heur.stats["lower_bound"], certificate)
     base = rows["baseline"].score[0]
     names = {"baseline": "identity+ffd", "kk": "identity+kk", "lpt-ffd": "LPT+ffd"}
@@ -144,13 +139,13 @@ def kernel(samples: int = 4096, seconds: float = 3.0, cache: str = "/tmp"):
         return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 
     inst = window(samples, cache)
-    placement, _ = anneal.default_placement(inst.window, 8)
-    rows, witness, _ = anneal.certified_rows(inst, 5.0)
+    placement, _ = default_placement(inst.window, 8)
+    rows, witness, _ = certified_rows(inst, 5.0)
     major = rank_demand_major(inst.window, placement)
     demand = rank_major_view(major, inst.window.num_layers)
-    problem = anneal.make_problem(inst, major, rows, "sync")
-    state = anneal.State(problem, 32)
-    anneal.load_layouts(problem, state, range(32), [witness.cell_of] * 32)
+    problem = make_problem(inst, major, rows, "sync")
+    state = State(problem, 32)
+    load_layouts(problem, state, range(32), [witness.cell_of] * 32)
     t = time.perf_counter()
     anneal.metropolis_steps(problem, state, 0, 32, 1.0, 50, np.random.default_rng(0), 4)
     rate = 50 * 32 * 4 / (time.perf_counter() - t)
@@ -165,7 +160,7 @@ def kernel(samples: int = 4096, seconds: float = 3.0, cache: str = "/tmp"):
     print("|---|---|---|---|---|---|---|---|---|")
     for workers in (1, 2):
         c, t = cpu(), time.perf_counter()
-        _, energy, st = anneal.search_layout(problem, start, deadline=time.perf_counter() + seconds, seed=0,
+        _, energy, st = search_layout(problem, start, deadline=time.perf_counter() + seconds, seed=0,
                                              cap=None, screen=32, workers=workers)
         wall, used = time.perf_counter() - t, cpu() - c
         evals = st.get("sweep_evaluations", 0) + st.get("exact_evaluations", 0)
@@ -190,7 +185,7 @@ def scaling(seconds: float, sizes=(512, 1024, 2048, 4096, 8192, 16384), cache: s
         s = r.stats["search"]
         tm = r.stats["timings"]
         evals = s.get("sweep_evaluations", 0) + s.get("exact_evaluations", 0)
-        certificate, certificate_seconds = window_bound(inst, r.plan.num_rows, objective)
+        certificate, certificate_seconds = timed_window_bound(inst, r.plan.num_rows, objective)
         certificate = max(certificate, r.bound)
         phases = " | ".join(f"{tm.get(k, 0):.2f}" for k in ("placement", "rows", "rank_demand", "seeds", "regroup", "bounds",
                                                              "anneal", "search", "score"))

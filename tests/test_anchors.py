@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from rp_opt import synth
 from rp_opt.check import check, check_plan
 from rp_opt.cost import rank_demand
-from rp_opt.packing import anneal
+from rp_opt.packing.heuristic import _anchors_pay, _preferred_start, certified_rows, default_placement, heuristic
 from rp_opt.packing.anchors import anchor_layout, fluid_levels
 from rp_opt.packing.seeds import layout_violation, seed_layouts
 from rp_opt.solution import Placement
@@ -62,7 +62,7 @@ def test_anchor_layout_is_valid_and_anchored_in_decreasing_length():
     """The layout has R* rows, every cell non-empty, within C; each cell's longest sample is
     its anchor, and the anchors run in decreasing length row by row, block by block."""
     inst = window(samples=64)
-    rows, _, _ = anneal.certified_rows(inst, 5.0)
+    rows, _, _ = certified_rows(inst, 5.0)
     lay = anchor_layout(inst, rows)
     assert lay is not None
     assert layout_violation(inst, lay, rows) is None
@@ -114,8 +114,8 @@ def test_anchor_layout_declines_a_window_without_spare_room():
 def test_seed_rule_anchors_is_a_valid_seed():
     """``seed_layouts(rules=("anchors",))`` returns the anchor layout, valid."""
     inst = window(samples=64)
-    rows, witness, _ = anneal.certified_rows(inst, 5.0)
-    placement = anneal.default_placement(inst.window, inst.cluster.ep)[0]
+    rows, witness, _ = certified_rows(inst, 5.0)
+    placement = default_placement(inst.window, inst.cluster.ep)[0]
     seeds = seed_layouts(inst, rows, rank_demand(inst.window, placement), witness=witness, rules=("anchors",))
     assert list(seeds) == ["anchors"]
     np.testing.assert_array_equal(seeds["anchors"].cell_of, anchor_layout(inst, rows).cell_of)
@@ -128,12 +128,12 @@ def test_heuristic_probes_the_anchor_seed_for_sums_of_row_maxima(objective):
     attention outweighs the expert excess there; for ``shard`` there is no probe and no
     anchor seed. The plan passes the checker either way."""
     inst = window(samples=64)
-    result = anneal.heuristic(inst, objective=objective, time_limit=3.0, temperatures=2, search_evaluations=20,
+    result = heuristic(inst, objective=objective, time_limit=3.0, temperatures=2, search_evaluations=20,
                               refine=False)
     probe = result.stats.get("anchor_probe")
     if objective == "sync":
         assert set(probe) == {"attention", "expert"}
-        assert ("anchors" in result.stats["seeds"]) is anneal._anchors_pay(probe)
+        assert ("anchors" in result.stats["seeds"]) is _anchors_pay(probe)
     else:
         assert probe is None and "anchors" not in result.stats["seeds"]
     report = check(inst, result.plan)
@@ -144,8 +144,8 @@ def test_heuristic_probes_the_anchor_seed_for_sums_of_row_maxima(objective):
 def test_anchors_pay_when_attention_outweighs_the_expert_excess():
     """The probe's rule on the two production windows' greedy splits (docs/benchmarks.md):
     attention 0.40 % and expert 0.06 % builds the seed, 0.38 % and 4.29 % does not."""
-    assert anneal._anchors_pay({"attention": 0.0040, "expert": 0.0006})
-    assert not anneal._anchors_pay({"attention": 0.0038, "expert": 0.0429})
+    assert _anchors_pay({"attention": 0.0040, "expert": 0.0006})
+    assert not _anchors_pay({"attention": 0.0038, "expert": 0.0429})
 
 
 def test_preferred_start_takes_the_anchor_seed_only_within_the_margin():
@@ -153,11 +153,11 @@ def test_preferred_start_takes_the_anchor_seed_only_within_the_margin():
     a margin of 0.01 % the best seed does; a warm start scoring best is never replaced."""
     starts = [np.array([0, 1]), np.array([1, 0])]
     names = ["greedy", "anchors"]
-    layout, energy, name = anneal._preferred_start(names, starts, [100.0, 100.05], starts[0], 100.0, 1e-3)
+    layout, energy, name = _preferred_start(names, starts, [100.0, 100.05], starts[0], 100.0, 1e-3)
     assert name == "anchors" and energy == 100.05 and np.array_equal(layout, starts[1])
-    layout, energy, name = anneal._preferred_start(names, starts, [100.0, 100.05], starts[0], 100.0, 1e-4)
+    layout, energy, name = _preferred_start(names, starts, [100.0, 100.05], starts[0], 100.0, 1e-4)
     assert name == "greedy" and energy == 100.0 and np.array_equal(layout, starts[0])
     # a warm start (the previous step's plan) that scores best stays the start
-    layout, energy, name = anneal._preferred_start(["warm_start", "anchors"], starts, [100.0, 100.05], starts[0],
+    layout, energy, name = _preferred_start(["warm_start", "anchors"], starts, [100.0, 100.05], starts[0],
                                                    100.0, 1e-3)
     assert name == "warm_start" and np.array_equal(layout, starts[0])

@@ -13,6 +13,10 @@ from rp_opt import synth
 from rp_opt.check import check, check_plan
 from rp_opt.cost import layout_costs, rank_demand, score
 from rp_opt.packing import anneal
+from rp_opt.packing.bounds import BACKGROUND_SHARE, hidden_seconds, HIDDEN_SHARE, report_bounds, strong_bounds, window_bound
+from rp_opt.packing.heuristic import certified_rows, heuristic, others_running
+from rp_opt.packing.improve import search_layout
+from rp_opt.packing.state import load_layouts, make_problem, State
 from rp_opt.packing.baseline import pack
 from rp_opt.packing.seeds import layout_violation, seed_layouts
 from rp_opt.solution import Layout, Placement
@@ -30,7 +34,7 @@ def small_rows(samples=48, dp=4, edp=2, m=None, seed=1, capacity=4096):
     """``small(...)`` with its R* and witness (cached: the certifier needs seconds when m is
     set, and the instance is immutable, so tests share one)."""
     inst = small(samples=samples, dp=dp, edp=edp, m=m, seed=seed, capacity=capacity)
-    rows, layout, _ = anneal.certified_rows(inst, 5.0)
+    rows, layout, _ = certified_rows(inst, 5.0)
     return inst, rows, layout
 
 
@@ -49,13 +53,13 @@ def test_incremental_state_equals_full_rescore(objective):
     inst, rows, layout = small_rows(samples=48, dp=4, edp=2, m=5)
     placement = Placement.identity(4, 8, 4)
     demand = rank_demand(inst.window, placement)
-    problem = anneal.make_problem(inst, demand, rows, objective)
-    state = anneal.State(problem, 6)
-    anneal.load_layouts(problem, state, range(6), [layout.cell_of] * 6)
+    problem = make_problem(inst, demand, rows, objective)
+    state = State(problem, 6)
+    load_layouts(problem, state, range(6), [layout.cell_of] * 6)
     accepted = anneal.metropolis_steps(problem, state, 0, 6, 1e300, 250, np.random.default_rng(5), candidates=3)
     assert accepted > 600
-    fresh = anneal.State(problem, 6)
-    anneal.load_layouts(problem, fresh, range(6), list(state.cell_of))
+    fresh = State(problem, 6)
+    load_layouts(problem, fresh, range(6), list(state.cell_of))
     for name in ("count", "tokens", "qwork", "loads", "attention", "expert", "energy"):
         np.testing.assert_allclose(getattr(state, name), getattr(fresh, name), rtol=1e-12, err_msg=name)
     for k in range(6):
@@ -72,7 +76,7 @@ def test_seeds_are_valid_layouts():
     """Every seed rule that returns a layout gives R* rows, non-empty cells, within C and m."""
     inst = small(samples=40, m=4)
     placement = Placement.identity(4, 8, 4)
-    rows, witness, _ = anneal.certified_rows(inst, 5.0)
+    rows, witness, _ = certified_rows(inst, 5.0)
     seeds = seed_layouts(inst, rows, rank_demand(inst.window, placement), witness=witness)
     assert {"greedy", "witness"} <= set(seeds)
     for name, lay in seeds.items():
@@ -87,7 +91,7 @@ def test_seed_rules_stop_at_the_deadline():
 
     inst = small(samples=40, m=4)
     placement = Placement.identity(4, 8, 4)
-    rows, witness, _ = anneal.certified_rows(inst, 5.0)
+    rows, witness, _ = certified_rows(inst, 5.0)
     demand = rank_demand(inst.window, placement)
     rules = ("ffd", "kk", "greedy")
     late = seed_layouts(inst, rows, demand, witness=witness, rules=rules, deadline=time.perf_counter() - 1.0)
@@ -219,7 +223,7 @@ def test_tiny_window_reaches_brute_force_optimum(seed):
     inst = synth.generate(model="ling-flash-like", samples=7, dp=2, edp=2, ep=2, capacity=4096, layers=3,
                           experts=4, top_k=2, seed=seed)
     placement = Placement.identity(3, 4, 2)
-    rows, _, _ = anneal.certified_rows(inst, 5.0)
+    rows, _, _ = certified_rows(inst, 5.0)
     # full enumeration (no symmetry assumption): 4^7 = 16384 assignments
     n, cells = inst.window.num_samples, rows * inst.cluster.dp
     demand = rank_demand(inst.window, placement)
@@ -307,7 +311,7 @@ def test_block_pair_search_deltas_and_state_are_exact(objective):
     inst, rows, layout = small_rows(samples=48, dp=4, edp=2, m=5)
     placement = Placement.identity(4, 8, 4)
     demand = rank_demand(inst.window, placement)
-    problem = anneal.make_problem(inst, demand, rows, objective)
+    problem = make_problem(inst, demand, rows, objective)
     search = BlockSearch(problem, layout.cell_of)
     rng = np.random.default_rng(3)
     applied = 0
@@ -331,8 +335,8 @@ def test_block_pair_search_deltas_and_state_are_exact(objective):
         applied += 1
         np.testing.assert_allclose(search.energy() - before, delta, rtol=1e-6, atol=1e-9 * before)
     assert applied > 20
-    fresh = anneal.State(problem, 1)
-    anneal.load_layouts(problem, fresh, [0], [search.layout()])
+    fresh = State(problem, 1)
+    load_layouts(problem, fresh, [0], [search.layout()])
     for name in ("count", "tokens", "qwork", "loads", "attention", "expert", "energy"):
         np.testing.assert_allclose(getattr(search.state, name), getattr(fresh, name), rtol=1e-12, err_msg=name)
     lay = Layout(search.layout(), rows, inst.cluster.dp)
@@ -348,8 +352,8 @@ def test_block_search_never_worsens_and_reaches_local_optimum():
     inst = small(samples=40, dp=4, edp=2)
     placement = Placement.identity(4, 8, 4)
     demand = rank_demand(inst.window, placement)
-    rows, _, _ = anneal.certified_rows(inst, 5.0)
-    problem = anneal.make_problem(inst, demand, rows, "sync")
+    rows, _, _ = certified_rows(inst, 5.0)
+    problem = make_problem(inst, demand, rows, "sync")
     start = pack(inst, "ffd", rows)[0]
     search = BlockSearch(problem, start.cell_of)
     e0 = search.energy()
@@ -401,7 +405,7 @@ def test_rank_major_demand_bounds_and_costs_match_the_cost_module():
     np.testing.assert_array_equal(major.reshape(40, 4, 4).transpose(0, 2, 1), ref)
     np.testing.assert_array_equal(rank_demand(inst.window, placement), ref)
     view = rank_major_view(major, inst.window.num_layers)
-    rows, _, _ = anneal.certified_rows(inst, 5.0)
+    rows, _, _ = certified_rows(inst, 5.0)
     fast = cost_bounds(inst, rows, load=inst.window.expert_load(), tokens=view.sum(axis=2, dtype=np.int64))
     slow = cost_bounds(inst, rows)
     assert fast.attention_total == pytest.approx(slow.attention_total, rel=1e-12)
@@ -425,12 +429,12 @@ def test_placement_bound_is_the_cost_module_bound_for_the_plan_placement():
     from rp_opt.result import relative_gap
 
     inst = small(samples=40, seed=3)
-    res = anneal.heuristic(inst, objective="sync", time_limit=2.0, seed=0, workers=1)
+    res = heuristic(inst, objective="sync", time_limit=2.0, seed=0, workers=1)
     assert_checked(inst, res)
     stats = res.stats
     assert stats["hidden_bound"]                      # a small window: within the budget
     own = cost_bounds(inst, res.plan.num_rows, res.plan.placement)
-    every = anneal.strong_bounds(inst, res.plan.num_rows)
+    every = strong_bounds(inst, res.plan.num_rows)
     own = replace(own, row_excess=max(own.row_excess, every.row_excess))
     assert stats["lower_bound"] == pytest.approx(every.objective("sync")[0], rel=1e-12)
     assert stats["placement_bound"] == pytest.approx(own.objective("sync")[0], rel=1e-12)
@@ -450,17 +454,17 @@ def test_row_excess_for_every_placement_only_within_its_budget():
     inst, rows, _ = small_rows(samples=40, seed=3)
     placement = lpt_placement(inst.window, inst.cluster.ep)
     demand = rank_demand(inst.window, placement)
-    full = anneal.report_bounds(inst, placement, rows, "sync", demand, baseline=False)
-    none = anneal.report_bounds(inst, placement, rows, "sync", demand, baseline=False, hidden_budget=0.0)
+    full = report_bounds(inst, placement, rows, "sync", demand, baseline=False)
+    none = report_bounds(inst, placement, rows, "sync", demand, baseline=False, hidden_budget=0.0)
     assert full["hidden_bound"] and not none["hidden_bound"]
-    assert none["lower_bound"] == pytest.approx(anneal.strong_bounds(inst, rows, hidden=False).objective("sync")[0])
+    assert none["lower_bound"] == pytest.approx(strong_bounds(inst, rows, hidden=False).objective("sync")[0])
     assert full["lower_bound"] >= none["lower_bound"]
     assert full["every_row_excess"] > 0 and none["every_row_excess"] is None
     # given from an earlier call (a refined placement): not computed again, the same bound
-    again = anneal.report_bounds(inst, placement, rows, "sync", demand, baseline=False, hidden_budget=0.0,
+    again = report_bounds(inst, placement, rows, "sync", demand, baseline=False, hidden_budget=0.0,
                                  every_row_excess=full["every_row_excess"])
     assert again["hidden_bound"] and again["lower_bound"] == full["lower_bound"]
-    assert anneal.report_bounds(inst, placement, rows, "shard", demand, baseline=False)["hidden_bound"] is None
+    assert report_bounds(inst, placement, rows, "shard", demand, baseline=False)["hidden_bound"] is None
 
 
 def test_block_and_kk_seeds_keep_constraints_and_cell_contents():
@@ -515,7 +519,7 @@ def test_screened_swaps_bound_and_exact_moves():
 
     inst, rows, layout = small_rows(samples=48, dp=4, edp=2, m=5)
     placement = Placement.identity(4, 8, 4)
-    problem = anneal.make_problem(inst, rank_demand(inst.window, placement), rows, "sync")
+    problem = make_problem(inst, rank_demand(inst.window, placement), rows, "sync")
     full = BlockSearch(problem, layout.cell_of)
     screened = BlockSearch(problem, layout.cell_of, screen=3)
     rng = np.random.default_rng(1)
@@ -558,7 +562,7 @@ def test_block_pair_best_move_is_the_exhaustive_best(objective):
 
     inst, rows, layout = small_rows(samples=48, dp=4, edp=2, m=5)
     placement = Placement.identity(4, 8, 4)
-    problem = anneal.make_problem(inst, rank_demand(inst.window, placement), rows, objective)
+    problem = make_problem(inst, rank_demand(inst.window, placement), rows, objective)
     search = BlockSearch(problem, layout.cell_of)
     cell_of, lengths = search.state.cell_of[0].astype(np.int64), inst.window.lengths
     tokens = np.bincount(cell_of, weights=lengths, minlength=problem.num_cells)
@@ -566,8 +570,8 @@ def test_block_pair_best_move_is_the_exhaustive_best(objective):
     base = search.energy()
 
     def change(new_cells):
-        state = anneal.State(problem, 1)
-        anneal.load_layouts(problem, state, [0], [new_cells])
+        state = State(problem, 1)
+        load_layouts(problem, state, [0], [new_cells])
         out = float(state.energy[0]) - base
         state.close()
         return out
@@ -609,19 +613,19 @@ def test_parallel_search_is_valid_never_worse_and_deterministic(objective):
     count give the same layout."""
     inst = small(samples=96, dp=4, edp=2, seed=5, capacity=2048)
     placement = Placement.identity(4, 8, 4)
-    rows, _, _ = anneal.certified_rows(inst, 5.0)
+    rows, _, _ = certified_rows(inst, 5.0)
     assert rows >= 4
-    problem = anneal.make_problem(inst, rank_demand(inst.window, placement), rows, objective)
+    problem = make_problem(inst, rank_demand(inst.window, placement), rows, objective)
     start = pack(inst, "ffd", rows)[0].cell_of
-    fresh = anneal.State(problem, 1)
-    anneal.load_layouts(problem, fresh, [0], [start])
+    fresh = State(problem, 1)
+    load_layouts(problem, fresh, [0], [start])
     e0 = float(fresh.energy[0])
     runs = []
     for _ in range(2):
-        lay, energy, stats = anneal.search_layout(problem, start, max_evaluations=120, seed=4, workers=2,
+        lay, energy, stats = search_layout(problem, start, max_evaluations=120, seed=4, workers=2,
                                                   cap=None, screen=8, round_evaluations=15)
         assert stats["workers"] == 2 and stats["rounds"] >= 2
-        anneal.load_layouts(problem, fresh, [0], [lay])
+        load_layouts(problem, fresh, [0], [lay])
         assert energy == pytest.approx(float(fresh.energy[0]), rel=1e-12)
         assert energy <= e0
         layout = Layout(lay, rows, inst.cluster.dp)
@@ -703,17 +707,17 @@ def test_others_running_sees_a_busy_process_at_once():
     import sys
     import time
 
-    before = anneal.others_running()
+    before = others_running()
     if before is None:
         pytest.skip("no /proc/loadavg here")
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         time.sleep(0.3)
-        assert anneal.others_running(samples=9) >= 1
+        assert others_running(samples=9) >= 1
     finally:
         busy.kill()
         busy.wait()
-    assert anneal.others_running(samples=9) <= before + 1
+    assert others_running(samples=9) <= before + 1
 
 
 def test_cycles_use_the_time_a_converged_search_leaves():
@@ -724,17 +728,17 @@ def test_cycles_use_the_time_a_converged_search_leaves():
     checked; ``cycles=False`` keeps one cycle, and so do a cap on the searches
     (``search_evaluations``) and a fixed schedule, whose two runs stay equal."""
     inst = small(samples=40, seed=3)
-    res = anneal.heuristic(inst, objective="sync", time_limit=2.0, seed=0, report_baseline=False)
+    res = heuristic(inst, objective="sync", time_limit=2.0, seed=0, report_baseline=False)
     assert_checked(inst, res)
     assert res.stats["cycles"] >= 2 and len(res.stats["refine"]) >= 2
-    one = anneal.heuristic(inst, objective="sync", time_limit=2.0, seed=0, cycles=False, report_baseline=False)
+    one = heuristic(inst, objective="sync", time_limit=2.0, seed=0, cycles=False, report_baseline=False)
     assert_checked(inst, one)
     assert one.stats["cycles"] == 1 and len(one.stats["refine"]) == 1
-    capped = anneal.heuristic(inst, objective="sync", time_limit=2.0, seed=0, search_evaluations=5,
+    capped = heuristic(inst, objective="sync", time_limit=2.0, seed=0, search_evaluations=5,
                               report_baseline=False)
     assert_checked(inst, capped)
     assert capped.stats["cycles"] == 1
-    fixed = [anneal.heuristic(inst, objective="sync", seed=0, temperatures=4, replicas=8, report_baseline=False)
+    fixed = [heuristic(inst, objective="sync", seed=0, temperatures=4, replicas=8, report_baseline=False)
              for _ in range(2)]
     for res in fixed:
         assert_checked(inst, res)
@@ -749,15 +753,15 @@ def test_background_bound_gives_the_window_bound_in_the_report():
     with no time limit. Off by default (the report keeps the bound it had in time)."""
     inst = synth.generate(model="ling-flash-like", samples=512, dp=8, edp=2, ep=8, capacity=8192, layers=12,
                           seed=5)
-    assert anneal.HIDDEN_SHARE * 0.5 < anneal.hidden_seconds(inst) <= anneal.BACKGROUND_SHARE * 0.5
+    assert HIDDEN_SHARE * 0.5 < hidden_seconds(inst) <= BACKGROUND_SHARE * 0.5
     assert (inst.window.lengths == 8192).any()                     # full-length samples: a row charge
-    res = anneal.heuristic(inst, objective="sync", time_limit=0.5, seed=0, background_bound=True,
+    res = heuristic(inst, objective="sync", time_limit=0.5, seed=0, background_bound=True,
                            report_baseline=False)
     assert_checked(inst, res)
     assert res.stats["hidden_background"] == "ready" and res.stats["hidden_bound"]
     rows = res.plan.num_rows
-    assert res.bound == pytest.approx(anneal.window_bound(inst, rows, "sync"), rel=1e-12)
+    assert res.bound == pytest.approx(window_bound(inst, rows, "sync"), rel=1e-12)
     assert res.stats["placement_bound"] >= res.bound and res.score[0] >= res.bound
-    plain = anneal.heuristic(inst, objective="sync", time_limit=0.5, seed=0, report_baseline=False)
+    plain = heuristic(inst, objective="sync", time_limit=0.5, seed=0, report_baseline=False)
     assert "hidden_background" not in plain.stats and not plain.stats["hidden_bound"]
     assert plain.bound <= res.bound

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from rp_opt import InputError, Layout, Placement, check_plan, cost_bounds, get_objective, layout_costs, score
 from rp_opt.cost import Costs, rank_demand, rank_load
 from rp_opt.packing.baseline import pack
-from rp_opt.packing.anneal import strong_bounds
+from rp_opt.packing.bounds import strong_bounds
 
 from conftest import random_instance
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from rp_opt import Cluster, CostModel, Instance, Stage, Window
 from rp_opt.check import check
 from rp_opt.cost import layout_costs, rank_demand
-from rp_opt.packing import anneal
+from rp_opt.packing.heuristic import certified_rows, heuristic
+from rp_opt.packing.state import load_layouts, make_problem, State
 from rp_opt.packing.baseline import pack
 from rp_opt.packing.regroup import _balanced, arrange_blocks, rearranged, regroup_cells
 from rp_opt.result import Plan
@@ -49,7 +50,7 @@ def test_full_length_cells_end_up_in_one_block():
     inst = full_length_instance()
     placement = Placement.identity(1, 2, 1)
     demand = rank_demand(inst.window, placement)
-    problem = anneal.make_problem(inst, demand, 1, "sync")
+    problem = make_problem(inst, demand, 1, "sync")
     mixed = np.array([0, 2, 1, 1, 3, 3])          # cells 0, 1 = shard 0; cells 2, 3 = shard 1
     before = layout_costs(inst, placement, Layout(mixed, 1, 4), demand)
     assert before.attention.tolist() == [[64.0, 64.0]]
@@ -68,9 +69,9 @@ def test_regrouped_seed_is_valid_with_the_same_cells(objective, edp):
     inst = small(samples=40, dp=4, edp=edp)
     placement = Placement.identity(4, 8, 4)
     demand = rank_demand(inst.window, placement)
-    rows, _, _ = anneal.certified_rows(inst, 5.0)
+    rows, _, _ = certified_rows(inst, 5.0)
     start = pack(inst, "ffd", rows)[0]
-    problem = anneal.make_problem(inst, demand, rows, objective)
+    problem = make_problem(inst, demand, rows, objective)
     grouped = regroup_cells(problem, start.cell_of)
     report = check(inst, Plan(placement, Layout(grouped, rows, inst.cluster.dp), objective, (0.0,)))
     assert report.valid, report.violations
@@ -81,7 +82,7 @@ def _blocks_problem(rows: int, shards: int, objective: str):
     """A kernel problem of ``rows`` x ``shards`` blocks of one cell each (D = G)."""
     inst = small(samples=40, dp=shards, edp=shards)
     placement = Placement.identity(4, 8, 4)
-    return anneal.make_problem(inst, rank_demand(inst.window, placement), rows, objective)
+    return make_problem(inst, rank_demand(inst.window, placement), rows, objective)
 
 
 @settings(max_examples=40, deadline=None)
@@ -154,12 +155,12 @@ def test_rearranged_reports_both_energies():
     inst = small(samples=40, dp=4, edp=2)
     placement = Placement.identity(4, 8, 4)
     demand = rank_demand(inst.window, placement)
-    rows, _, _ = anneal.certified_rows(inst, 5.0)
+    rows, _, _ = certified_rows(inst, 5.0)
     start = pack(inst, "ffd", rows)[0].cell_of
-    problem = anneal.make_problem(inst, demand, rows, "sync")
+    problem = make_problem(inst, demand, rows, "sync")
     moved, moved_energy, energy = rearranged(problem, start)
-    state = anneal.State(problem, 2)
-    anneal.load_layouts(problem, state, [0, 1], [start, moved])
+    state = State(problem, 2)
+    load_layouts(problem, state, [0, 1], [start, moved])
     assert (energy, moved_energy) == pytest.approx(tuple(state.energy.tolist()))
     assert moved_energy <= energy * (1 + 1e-12)     # sorted rows never raise sync for fixed blocks
     assert _cells(moved) == _cells(start)
@@ -179,7 +180,7 @@ def test_heuristic_regroups_full_length_cells(objective):
     inst = Instance(window, Cluster(4, 2, 2, 64), cost)
     runs = {}
     for regroup in (True, False):
-        res = anneal.heuristic(inst, objective=objective, time_limit=2.0, seed=0, temperatures=4,
+        res = heuristic(inst, objective=objective, time_limit=2.0, seed=0, temperatures=4,
                                search_evaluations=50, regroup=regroup, refine=False, report_baseline=False,
                                workers=1)
         assert_checked(inst, res)
@@ -196,11 +197,11 @@ def test_default_regroups_seeds_for_a_max_of_sums_only(objective, regrouped):
     """By default the seeds are regrouped for ``shard`` (a maximum of shard sums) and not
     for ``sync``; an explicit regroup=False turns it off for ``shard`` too."""
     inst = small(samples=40, dp=4, edp=2)
-    res = anneal.heuristic(inst, objective=objective, time_limit=2.0, seed=0, temperatures=2,
+    res = heuristic(inst, objective=objective, time_limit=2.0, seed=0, temperatures=2,
                            search_evaluations=10, refine=False, report_baseline=False)
     assert_checked(inst, res)
     assert any(name.endswith("+regroup") for name in res.stats["seeds"]) == regrouped
-    off = anneal.heuristic(inst, objective=objective, time_limit=2.0, seed=0, temperatures=2,
+    off = heuristic(inst, objective=objective, time_limit=2.0, seed=0, temperatures=2,
                            search_evaluations=10, refine=False, report_baseline=False, regroup=False)
     assert not any(name.endswith("+regroup") for name in off.stats["seeds"])
     assert "arranged" not in off.stats["search"]
@@ -210,7 +211,7 @@ def test_regrouped_copy_follows_its_rule_when_replicas_are_few():
     """With fewer replicas than starts the anneal takes the first starts: each rule's
     regrouped copy comes right after it, so the first rule keeps its copy."""
     inst = small(samples=40, dp=4, edp=2)
-    res = anneal.heuristic(inst, objective="shard", time_limit=2.0, seed=0, temperatures=2, replicas=2,
+    res = heuristic(inst, objective="shard", time_limit=2.0, seed=0, temperatures=2, replicas=2,
                            anneal_share=0.5, search_evaluations=5, refine=False, report_baseline=False,
                            workers=1)
     assert_checked(inst, res)
@@ -222,7 +223,7 @@ def test_refinement_search_is_arranged_too():
     """The placement refinement's search ends with the block arrangement as the packing
     rounds' searches do (stats of the refine round carry ``arranged``)."""
     inst = small(samples=48, dp=4, edp=2, seed=0)      # a window where the refinement swaps experts
-    res = anneal.heuristic(inst, objective="shard", time_limit=5.0, seed=0, temperatures=2, search_evaluations=20,
+    res = heuristic(inst, objective="shard", time_limit=5.0, seed=0, temperatures=2, search_evaluations=20,
                            refine=True, refine_sweeps=5, report_baseline=False, workers=1)
     assert_checked(inst, res)
     rounds = [r for r in res.stats["refine"] if "search" in r]

@@ -12,7 +12,7 @@ For two blocks b1 != b2 the search evaluates EVERY move between them at once wit
   source cell keeps a sample, capacity and the per-cell limit m of the target.
 
 The objective change of every candidate is exact (:func:`pair_delta`): the lexicographic
-energy of :mod:`.anneal` with only the two blocks' entries of A and X replaced, computed
+energy of :mod:`.state` with only the two blocks' entries of A and X replaced, computed
 from scalars of the untouched rows / shards (O(1) per candidate and aggregate). The best
 candidate is applied when it lowers the energy. Blocks are chosen where the objective is
 decided: for ``sync`` the block holding each row's maximum against any other block (a
@@ -39,11 +39,12 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .anneal import Problem, State, load_layouts, new_segment, release, stop_workers, worker_tasks
+from .state import Problem, State, Term, load_layouts, settled
+from .workers import new_segment, release, stop_workers, worker_tasks
 
 
 def _groups(problem: Problem, axis: int, block: int) -> tuple[int, int]:
@@ -125,7 +126,7 @@ class BlockSearch:
     Parameters
     ----------
     problem
-        The kernel's :class:`Problem` (:func:`rp_opt.packing.anneal.make_problem`).
+        The kernel's :class:`Problem` (:func:`rp_opt.packing.state.make_problem`).
     cell_of
         Starting layout (cell of every sample), valid for R* rows.
     """
@@ -637,3 +638,92 @@ class ParallelSearch:
             finally:
                 self.published = []
                 release(self._shm)
+
+
+def search_layout(problem: Problem, start: np.ndarray, *, deadline: float | None = None,
+                  max_evaluations: int | None = None, seed: int = 0, cap: int | None = 16,
+                  surrogate: float = 0.05, screen: int | None = None, workers: int = 1,
+                  round_evaluations: int = 64):
+    """Block-pair search (:mod:`.improve`) from ``start``: first passes over all block pairs
+    under the energy plus ``surrogate`` * sum J (credit for lowering the total, which makes
+    room for the primary), then the exact energy on the blocks that decide the primary.
+
+    With ``workers`` > 1 (and at least two rows per worker) both phases run as rounds of
+    :class:`rp_opt.packing.improve.ParallelSearch` (disjoint row groups on separate
+    processes, merged after each round); rounds last 0.25 s
+    under a deadline, or ``round_evaluations`` block pairs per worker with
+    ``max_evaluations`` (deterministic). Returns (cell_of, exact energy, stats dict)."""
+
+    deadline = np.inf if deadline is None else deadline
+    rng = np.random.default_rng((seed, 7))
+    out = {}
+    layout = np.asarray(start, dtype=np.int64)
+    evals = None if max_evaluations is None else max(1, int(0.85 * max_evaluations))
+    rest = None if max_evaluations is None else max(1, max_evaluations - (evals or 0))
+    sur = replace(problem, aggregates=list(problem.aggregates) + [Term(1.0, 1.0, "sum", 1, "sum", surrogate)]) \
+        if surrogate > 0 else None
+    workers = max(1, min(int(workers), problem.rows // 2))
+    if workers > 1:
+        par = ParallelSearch({"sweep": sur if sur is not None else problem, "run": problem}, layout, workers,
+                             cap=cap, screen=screen)
+        try:
+            # a round costs two messages and copies of the state of half the rows
+            round_len = 0.25
+            now = time.perf_counter()
+            phases = [("run", deadline, rest)]
+            if sur is not None:
+                phases.insert(0, ("sweep", now + 0.85 * (deadline - now) if np.isfinite(deadline) else deadline, evals))
+            energy, rounds = None, 0
+            try:
+                for phase, end, budget in phases:
+                    st = SearchStats()
+                    began = time.perf_counter()
+                    while time.perf_counter() < end - 0.02 and (budget is None or st.evaluations < budget):
+                        per_round = None if budget is None else min(budget - st.evaluations, round_evaluations * workers)
+                        before = st.improvements
+                        # evaluation-bounded rounds take no wall-clock cut, so that a seed and a
+                        # worker count give the same layout however loaded the machine is
+                        round_end = end if budget is not None else min(end, time.perf_counter() + round_len)
+                        energy = par.round(phase, round_end, per_round, (seed, rounds, 11), st)
+                        rounds += 1
+                        if st.local_optimum and st.improvements == before:
+                            break
+                    key = "sweep" if phase == "sweep" else "exact"
+                    out.update({f"{key}_evaluations": st.evaluations, f"{key}_improvements": st.improvements,
+                                f"{key}_candidates": st.candidates, f"{key}_seconds": time.perf_counter() - began})
+                    if phase == "run":
+                        out["local_optimum"] = st.local_optimum
+            except KeyboardInterrupt:  # Ctrl-C: the last merged round (checked below)
+                out["interrupted"] = True
+            merged = par.current
+            out.update(workers=workers, rounds=rounds)
+        finally:
+            par.close()
+        layout, energy = settled(problem, merged, layout)
+        return layout, energy, out
+    search = None
+    try:
+        if sur is not None:
+            search = BlockSearch(sur, layout, cap=cap, seed=seed, screen=screen)
+            now = time.perf_counter()
+            st = search.sweep(now + 0.85 * (deadline - now) if np.isfinite(deadline) else deadline, rng, evals)
+            layout = search.layout()
+            search.close()
+            search = None
+            out.update(sweep_evaluations=st.evaluations, sweep_improvements=st.improvements,
+                       sweep_candidates=st.candidates, sweep_seconds=st.seconds)
+        search = BlockSearch(problem, layout, cap=cap, seed=seed + 1, screen=screen)
+        st = search.run(deadline, rng, max_evaluations=rest)
+        out.update(exact_evaluations=st.evaluations, exact_improvements=st.improvements,
+                   exact_candidates=st.candidates, exact_seconds=st.seconds, local_optimum=st.local_optimum,
+                   workers=1)
+        layout, energy = search.layout(), search.energy()
+    except KeyboardInterrupt:  # Ctrl-C: the search's layout, unless it was cut in the middle of a move
+        out["interrupted"] = True
+        layout, energy = settled(problem, layout if search is None else search.layout(), layout)
+    finally:
+        if search is not None:
+            search.close()
+    return layout, energy, out
+
+

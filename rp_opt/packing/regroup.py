@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .anneal import Problem, State, load_layouts
+from .state import Problem, State, load_layouts
 
 
 def _cell_work(problem: Problem, cell_of: np.ndarray) -> np.ndarray:
@@ -97,7 +97,7 @@ def arrange_blocks(problem: Problem, cell_of: np.ndarray, attention: np.ndarray,
     Parameters
     ----------
     problem
-        The kernel's :class:`~rp_opt.packing.anneal.Problem`.
+        The kernel's :class:`~rp_opt.packing.state.Problem`.
     cell_of
         [N] cell r*D + d of every sample.
     attention, expert
@@ -124,7 +124,7 @@ def regroup_cells(problem: Problem, cell_of: np.ndarray) -> np.ndarray:
     Parameters
     ----------
     problem
-        The kernel's :class:`~rp_opt.packing.anneal.Problem`.
+        The kernel's :class:`~rp_opt.packing.state.Problem`.
     cell_of
         [N] cell r*D + d of every sample, every cell non-empty.
 
@@ -160,7 +160,7 @@ def rearranged(problem: Problem, cell_of: np.ndarray) -> tuple[np.ndarray, float
     Parameters
     ----------
     problem
-        The kernel's :class:`~rp_opt.packing.anneal.Problem`.
+        The kernel's :class:`~rp_opt.packing.state.Problem`.
     cell_of
         [N] a valid layout.
 

@@ -9,7 +9,7 @@ beats the aggregate-balanced one. Once the packing has fixed the blocks, this mo
 swaps experts between ranks to lower sum_b w_b sum_l max_p W[b,l,p] (w = 1: the total
 expert cost, level 2 of ``shard`` and ``sync``); the caller re-packs under the new
 placement and keeps the plan only when its exact objective is lower
-(:func:`rp_opt.packing.anneal.heuristic`, option ``refine``).
+(:func:`rp_opt.packing.heuristic.heuristic`, option ``refine``).
 
 A swap of experts e1 (rank p1) and e2 (rank p2) of layer l changes two columns of that
 layer's block loads: W[:,p1] += d, W[:,p2] -= d with d = a[:,e2] - a[:,e1] (a: block

@@ -1,5 +1,5 @@
 """The heuristic's inputs: windows that cost nothing, option values, seeds, time limits and
-whether a run says it is repeatable (rp_opt.packing.anneal.heuristic_inputs, OPTION_RULES)."""
+whether a run says it is repeatable (rp_opt.packing.heuristic_options)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 from rp_opt import Cluster, CostModel, Planner, Stage, synth
 from rp_opt.check import check
 from rp_opt.errors import InputError
-from rp_opt.packing import anneal
+from rp_opt.packing.bounds import improvement
+from rp_opt.packing.heuristic_options import check_option
 from rp_opt.solvers import get_solver
 from rp_opt.window import Window
 
@@ -79,9 +80,9 @@ def test_zero_demand_expert_objective(solver):
 
 
 def test_improvement_never_divides_by_zero():
-    assert anneal.improvement(0.0, 0.0) == 0.0
-    assert anneal.improvement(0.0, 1.0) is None
-    assert anneal.improvement(4.0, 3.0) == 0.25
+    assert improvement(0.0, 0.0) == 0.0
+    assert improvement(0.0, 1.0) is None
+    assert improvement(4.0, 3.0) == 0.25
 
 
 def test_planner_with_zero_cost_model():
@@ -165,7 +166,7 @@ def test_unknown_option_lists_workers():
 ])
 def test_option_values_from_python_and_the_cli(name, value, expected):
     """The CLI's ``--option KEY=VALUE`` gives JSON values when they parse, else text."""
-    assert anneal.check_option(name, value) == expected
+    assert check_option(name, value) == expected
 
 
 def test_string_options_run_as_their_values():
