@@ -336,13 +336,13 @@ def test_ctrl_c_during_a_step_stops_the_loop(monkeypatch):
     """A Ctrl-C while a step plans (here: as the heuristic creates its shared arrays) raises
     KeyboardInterrupt from plan(), as it would anywhere in a training loop, and the step is
     not committed: the placement in force and the step counter stay."""
-    from test_anneal import _interrupt_at, small
+    from tests.helpers import interrupt_at, small
 
     inst = small(samples=48)
     planner = Planner(inst.cluster, inst.cost, mode="heuristic", time_limit=1.0,
                       solver_options={"workers": 2, "search_workers": 2})
     before = planner.current_placement
-    _interrupt_at(monkeypatch, "segment", 1)
+    interrupt_at(monkeypatch, "segment", 1)
     with pytest.raises(KeyboardInterrupt):
         planner.plan(lengths=inst.window.lengths, routing=np.array(inst.window.demand), top_k=inst.window.top_k)
     monkeypatch.undo()

@@ -19,7 +19,7 @@ from rp_opt.packing.regroup import _balanced, arrange_blocks, rearranged, regrou
 from rp_opt.result import Plan
 from rp_opt.solution import Layout, Placement
 from rp_opt.synth import cap_counts
-from tests.test_anneal import assert_checked, small
+from tests.helpers import assert_checked, small
 
 
 def full_length_instance() -> Instance:
