@@ -4,8 +4,9 @@ from .errors import InputError
 from .window import Cluster, CostModel, Instance, Stage, Window
 from .solution import Layout, Placement
 from .result import Plan, Result
-from .cost import (Aggregate, Objective, cost_bounds, get_objective, layout_costs,
-                   rank_demand, register_objective, score)
+from .bounds import cost_bounds
+from .cost import layout_costs, rank_demand, score
+from .objectives import Aggregate, Objective, get_objective, register_objective
 from .check import check, check_plan
 
 __version__ = "0.1.0"

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .cost import Costs, Objective, get_objective, objective_names
+from .cost import Costs
+from .objectives import Objective, get_objective, objective_names
 from .errors import InputError, integer, require
 from .result import Plan, Result
 from .solution import cell_samples
@@ -127,7 +128,7 @@ def check_plan(instance: Instance, placement, rows, objective="sync", num_rows: 
     rows
         rows[r][d] = sample indices of cell (r, d).
     objective
-        Objective to score under: a registered name or an :class:`~rp_opt.cost.Objective`
+        Objective to score under: a registered name or an :class:`~rp_opt.objectives.Objective`
         (registered or not).
     num_rows
         When given (an integer >= 1), the plan must have exactly this many rows (e.g. R*);
@@ -195,9 +196,9 @@ def check(instance: Instance, plan: Plan, objective: str | Objective | None = No
     plan
         The plan (``result.plan``).
     objective
-        A registered name or an :class:`~rp_opt.cost.Objective`; by default the plan's
+        A registered name or an :class:`~rp_opt.objectives.Objective`; by default the plan's
         own. A plan keeps only its objective's name, so a plan made under an unregistered
-        :class:`~rp_opt.cost.Objective` needs that object here.
+        :class:`~rp_opt.objectives.Objective` needs that object here.
     num_rows
         As for :func:`check_plan`.
 

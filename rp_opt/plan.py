@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 import time
 
-from .cost import get_objective
+from .objectives import get_objective
 # the heuristic's module (with the row certifier: 0.6 s to import) loads with this one, in
 # get_solver("auto"), not inside the first plan's time limit
-from .packing.bounds import improvement
+from .packing.report import improvement
 from .packing.heuristic import _l1_rows
 from .packing.heuristic_options import heuristic_inputs
 from .result import FEASIBLE, OPTIMAL, Result

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .cost import get_objective, score
+from .cost import score
+from .objectives import get_objective
 from .errors import InputError, integer, number, require, switch
 from .result import EVERY_PLACEMENT, FEASIBLE, INFEASIBLE, OPTIMAL, Plan, Result, relative_gap
 from .solution import Layout, Placement, placement_for
@@ -594,7 +595,7 @@ class Planner:
         plans. A bound for the solver's own placement only (``exact``, ``auto`` when it ran
         the exact model) says nothing about another placement: the plan then gets the
         analytic bound that holds for every placement and layout of its rows
-        (:func:`rp_opt.cost.cost_bounds`). It is ``optimal`` only when the solver proved
+        (:func:`rp_opt.bounds.cost_bounds`). It is ``optimal`` only when the solver proved
         optimality over every placement and it scores no worse."""
         stats = result.stats if isinstance(result.stats, dict) else {}
         scope = stats.get("bound_scope")
@@ -604,7 +605,7 @@ class Planner:
                 and plan.num_rows == result.plan.num_rows:
             bound, origin = result.bound, "solver"
         else:
-            from .cost import cost_bounds
+            from .bounds import cost_bounds
 
             bound = float(cost_bounds(instance, plan.num_rows).objective(self.objective)[0])
             origin = "analytic (every placement)"

@@ -70,7 +70,9 @@ def plan_result(instance, placement, layout, objective, *, solver: str, seconds:
     ``bound`` defaults to the analytic bound of MODEL.md that holds for every placement
     and every layout of the same row count (so the gap is honest for any solver).
     """
-    from .cost import cost_bounds, get_objective, layout_costs
+    from .bounds import cost_bounds
+    from .cost import layout_costs
+    from .objectives import get_objective
     from .result import EVERY_PLACEMENT, FEASIBLE, Plan, Result
 
     objective = get_objective(objective)

@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 from rp_opt.check import check
-from rp_opt.cost import cost_bounds
+from rp_opt.bounds import cost_bounds
 from rp_opt.packing.exact import default_num_rows, default_placement, solve_packing
 from rp_opt.packing.exact.cpsat_model import PROOF, TOGETHER, TOGETHER_MODES
 from rp_opt.solvers import get_solver
@@ -117,7 +117,8 @@ def highs_start_repro(out_dir: str):
     import highspy
     from pyomo.contrib.appsi.solvers import Highs
 
-    from rp_opt.cost import get_objective, rank_load
+    from rp_opt.cost import rank_load
+    from rp_opt.objectives import get_objective
     from rp_opt.packing.exact.common import canonical_layout, greedy_layout, packing_data, symmetry_mode
     from rp_opt.packing.exact.pyomo_model import PyomoPacking
     from rp_opt.solution import Placement

@@ -22,7 +22,7 @@ from rp_opt import synth
 from rp_opt.check import check
 from rp_opt.solvers import get_solver
 from rp_opt.packing import anneal
-from rp_opt.packing.bounds import timed_window_bound
+from rp_opt.bounds import timed_window_bound
 from rp_opt.packing.heuristic import certified_rows, default_placement
 from rp_opt.packing.improve import search_layout
 from rp_opt.packing.state import load_layouts, make_problem, State

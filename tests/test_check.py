@@ -132,7 +132,7 @@ def test_num_rows_is_checked_by_the_shared_rules(bad):
 
 def _peak_objective():
     """An unregistered objective: (max_{r,g} J, sum J)."""
-    from rp_opt.cost import PEAK, TOTAL, Objective
+    from rp_opt.objectives import PEAK, TOTAL, Objective
 
     return Objective("peak", (((1.0, PEAK),), ((1.0, TOTAL),)))
 

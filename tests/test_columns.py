@@ -105,7 +105,7 @@ def test_bound_never_exceeds_the_pooled_optimum(seed, weights):
     place = default_placement(inst)
     data = packing_data(inst, place, 3)
     alpha, beta = weights
-    from rp_opt.cost import Aggregate, Objective
+    from rp_opt.objectives import Aggregate, Objective
 
     total = Objective("pooled-test", (((1.0, Aggregate("sum", "rows", "sum", alpha, beta)),),))
     best = brute_force(inst, place, 3, total)[0]

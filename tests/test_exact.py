@@ -16,7 +16,8 @@ from hypothesis import given, settings, strategies as st
 from rp_opt.check import check
 from rp_opt.errors import InputError
 from rp_opt.result import EVERY_PLACEMENT, GIVEN_PLACEMENT
-from rp_opt.cost import get_objective, rank_load, score
+from rp_opt.cost import rank_load, score
+from rp_opt.objectives import get_objective
 from rp_opt.packing.exact import solve_packing
 from rp_opt.packing.exact.common import (canonical_layout, packing_data, satisfies_chains, symmetry_chains,
                                          symmetry_mode)
@@ -198,7 +199,7 @@ def test_coarse_stack_orders_layouts_lexicographically(cutoff, share, objective)
 def test_coarse_stack_needs_level_1_to_cap_what_later_levels_weigh():
     """A first level of attention alone caps no expert entry: a later level that weighs
     experts cannot be stacked under it (None); with attention alone at every level it can."""
-    from rp_opt.cost import Aggregate, Objective
+    from rp_opt.objectives import Aggregate, Objective
 
     mixed = Objective("attention_then_j", ((( 1.0, Aggregate("max", "shards", "sum", 1.0, 0.0)),),
                                            ((1.0, Aggregate("sum", "rows", "sum")),),
@@ -288,7 +289,8 @@ def test_three_levels_in_one_solve_match_one_per_level():
 def test_big_sample_waste_keeps_optimum(D, G, R, backend):
     """Samples longer than C/2 (90, 85, 80 of C = 100) make the attention-waste bound
     positive; the models that carry it as a constraint still reach the brute-force optimum."""
-    from rp_opt.cost import attention_waste, stage_work
+    from rp_opt.bounds import attention_waste
+    from rp_opt.cost import stage_work
 
     T = np.array([90, 85, 80, 20, 15, 10, 12])
     inst = make_window(7, D=D, G=G, seed=5, lengths=T)
@@ -574,7 +576,7 @@ def test_optimal_only_within_the_rounding_margin():
     """An objective that weighs attention by 1e-12 and X by 1 keeps the attention scale,
     so gamma rounds to 0 and CP-SAT's proof says nothing about X: the result is
     'feasible' with the reason, and its bound still below the true optimum."""
-    from rp_opt.cost import Aggregate, Objective
+    from rp_opt.objectives import Aggregate, Objective
     from rp_opt.placement import lpt_placement
 
     inst = _expert_heavy_window()

@@ -12,7 +12,7 @@ import pytest
 from rp_opt import Cluster, CostModel, Planner, Stage, synth
 from rp_opt.check import check
 from rp_opt.errors import InputError
-from rp_opt.packing.bounds import improvement
+from rp_opt.packing.report import improvement
 from rp_opt.packing.heuristic_options import check_option
 from rp_opt.solvers import get_solver
 from rp_opt.window import Window

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rp_opt.cost import Aggregate, Objective, layout_costs, score
+from rp_opt.cost import layout_costs, score
+from rp_opt.objectives import Aggregate, Objective
 from rp_opt.packing.exact import default_placement, solve_packing
 from rp_opt.packing.exact.common import layout_valid, packing_data
 from rp_opt.packing.exact.pooled import pooled_bound, pooled_instance, pooled_objective, pooled_useful

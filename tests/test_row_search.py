@@ -11,7 +11,8 @@ import itertools
 import numpy as np
 import pytest
 
-from rp_opt.cost import get_objective, layout_costs, score
+from rp_opt.cost import layout_costs, score
+from rp_opt.objectives import get_objective
 from rp_opt.packing.exact import _two_row_layout, default_placement, solve_packing
 from rp_opt.packing.exact.common import greedy_layout, layout_valid, lex_better, packing_data
 from rp_opt.packing.exact.row_search import put_back, row_pair_search, rows_separable, two_rows

@@ -54,7 +54,7 @@ def run(args) -> int:
     from ..bench.gap import run_gap, tasks_from_args
     from ..bench.report import per_solver_rows
     from ..bench.runner import check_ray_address
-    from ..cost import get_objective
+    from ..objectives import get_objective
     from ._common import emit_json, table
 
     get_objective(args.objective)

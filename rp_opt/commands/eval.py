@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..cost import get_objective
+from ..objectives import get_objective
 from ..io import check_fingerprint, read_plan_file
 from ._common import add_cost, add_json, check_plan_data, emit_json, int_arg, open_instance, require_score
 
@@ -55,9 +55,9 @@ def run(args) -> int:
 
 
 def window_bound(instance, num_rows: int, objective, primary: float) -> dict:
-    """The primary's bound for every placement (:func:`rp_opt.packing.bounds.window_bound`),
+    """The primary's bound for every placement (:func:`rp_opt.bounds.window_bound`),
     its seconds, and the relative gap of ``primary`` to it."""
-    from ..packing.bounds import timed_window_bound
+    from ..bounds import timed_window_bound
     from ..result import relative_gap
 
     bound, seconds = timed_window_bound(instance, num_rows, objective)

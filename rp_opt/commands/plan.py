@@ -67,7 +67,7 @@ def parse_options(items: list[str]) -> dict:
 
 
 def run(args) -> int:
-    from ..cost import get_objective
+    from ..objectives import get_objective
     from ..errors import InputError
     from ..result import FEASIBLE, INFEASIBLE, OPTIMAL
 
@@ -105,7 +105,7 @@ def run(args) -> int:
         print(result.summary())
         stats = result.stats
         extra = [[k, v] for k, v in stats.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)]
-        # where the gap sits (rp_opt.cost.CostBounds.gap_split, in the gap's units)
+        # where the gap sits (rp_opt.bounds.CostBounds.gap_split, in the gap's units)
         extra += [[f"gap: {k}", f"{100 * v:.4f} %"] for k, v in (stats.get("gap_split") or {}).items()]
         if extra:
             print(table(["stat", "value"], extra))

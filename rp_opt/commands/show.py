@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..check import check
-from ..cost import cost_bounds, get_objective, layout_costs, rank_load
+from ..bounds import cost_bounds
+from ..cost import layout_costs, rank_load
+from ..objectives import get_objective
 from ..result import relative_gap
 from ..solution import Placement
 from ._common import add_cost, add_json, emit_json, load_plan_for, open_instance, table

@@ -179,7 +179,7 @@ def pack(instance: Instance, rule: str = "ffd", num_rows: int | None = None) -> 
 
 def proven_status(score, level_bounds=None) -> str:
     """``optimal`` when every level of ``score`` meets its lower bound (``level_bounds``,
-    each valid on its own: :meth:`rp_opt.cost.CostBounds.objective`), so that no plan has a
+    each valid on its own: :meth:`rp_opt.bounds.CostBounds.objective`), so that no plan has a
     smaller tuple; without bounds, when every level is 0 (levels are non-negative
     combinations of non-negative costs: a window whose plans all cost nothing). Otherwise
     ``feasible``."""

@@ -1,7 +1,7 @@
 """The production heuristic (solver ``heuristic``): placement, R* and its witness, diverse
 seed layouts, then cycles of block-pair search (:mod:`.improve`), population annealing
 (:mod:`.anneal`) and placement refinement (:mod:`rp_opt.placement.refine`), with the
-report's lower bounds (:mod:`.bounds`).
+report's lower bounds (:mod:`.report`).
 
 Time-limited runs
 -----------------
@@ -25,7 +25,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..cost import get_objective, layout_costs, rank_demand_major, rank_major_view, uses_row_maxima
+from ..bounds import uses_row_maxima
+from ..cost import layout_costs, rank_demand_major, rank_major_view
+from ..objectives import get_objective
 from ..errors import require
 # rp_opt.rows (with the row certifier's OR-Tools, HiGHS, SciPy: 0.4-0.7 s to import) loads with
 # this module, that is in get_solver("heuristic"), not in the first plan's time limit (at
@@ -40,8 +42,8 @@ from ..window import Instance
 from .anchors import anchor_seconds
 from .anneal import AnnealStats, anneal
 from .baseline import proven_status
-from .bounds import BACKGROUND_SHARE, HIDDEN_SHARE, BackgroundBound, baseline_score, hidden_seconds, improvement, \
-    report_bounds
+from ..bounds import hidden_seconds
+from .report import BACKGROUND_SHARE, HIDDEN_SHARE, BackgroundBound, baseline_score, improvement, report_bounds
 from .heuristic_options import heuristic_inputs
 from .improve import search_layout
 from .seeds import greedy_seconds, layout_violation, seed_layouts

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..cost import _AXIS, get_objective
+from ..objectives import _AXIS, get_objective
 from ..errors import require
 from ..window import Instance
 from .workers import new_segment, release

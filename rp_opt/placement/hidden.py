@@ -1,7 +1,7 @@
 """Eq. 4 for what is left when some samples leave: the placement bound of a remainder.
 
 For ``sync``, the rows that hold a full-length sample may hide the expert excess of their
-blocks without one below the row's maximum (:func:`rp_opt.cost.row_excess_bound`); the
+blocks without one below the row's maximum (:func:`rp_opt.bounds.row_excess_bound`); the
 other blocks still owe theirs. For every placement pi the blocks that cannot hide owe at
 least Eq. 4 over their own samples: with H the samples of the hidden blocks (at most tau
 tokens, none full-length) and L' = L - d_H the loads of the others,

@@ -55,7 +55,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from ...cost import cost_bounds, get_objective, rank_load, score
+from ...bounds import cost_bounds
+from ...cost import rank_load, score
+from ...objectives import get_objective
 from ...errors import MAX_SEED, integer, number, require, switch
 from ...result import FEASIBLE, GIVEN_PLACEMENT, INFEASIBLE, NO_SOLUTION, OPTIMAL, Plan, Result
 from ...rows import certify_seconds, row_count_reason
@@ -258,7 +260,7 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     instance, placement, num_rows
         The window, the fixed placement and R.
     objective
-        Registered objective name (or :class:`~rp_opt.cost.Objective`).
+        Registered objective name (or :class:`~rp_opt.objectives.Objective`).
     time_limit
         Seconds for the whole lexicographic sequence (a cheap start is built first so a
         plan always comes back when one exists and is easy to find).

@@ -45,7 +45,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from ...cost import Aggregate, Objective, rank_demand, sample_attention, stage_work
+from ...cost import rank_demand, sample_attention, stage_work
+from ...objectives import Aggregate, Objective
 from ...solution import Layout, Placement
 from ...window import Instance
 

@@ -27,7 +27,8 @@ from ortools.sat.python import cp_model
 
 from ..._cpsat import interrupted, mark_interrupted, solve as cpsat_solve
 from ..._cubes import CubeSearch, solve_cubes
-from ...cost import Objective, attention_waste
+from ...bounds import attention_waste
+from ...objectives import Objective
 from ...errors import InputError, require
 from ...solution import Layout
 from .common import (Budget, PackingData, aggregate_count, integer_scale, level_key, linearize_aggregate, rational,
@@ -385,7 +386,7 @@ class CpsatPacking:
                         m.add(k * v >= _wsum([zs[q] for q in nz], [w[idx[q]] for q in nz]))
         if tighten and S and k > 1:
             # k sum_b a[b,s] >= sum_i att_int[s,i] + waste_s  (averages: a max >= the mean of
-            # k slots, plus the waste big samples force, rp_opt.cost.attention_waste)
+            # k slots, plus the waste big samples force, rp_opt.bounds.attention_waste)
             waste = attention_waste(sc.att_int, data.lengths, data.capacity, k, R * G)
             for s in range(S):
                 extra = max(0, math.floor(waste[s] * (1 - 1e-9)))

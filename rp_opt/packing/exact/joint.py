@@ -16,7 +16,9 @@ from dataclasses import replace
 import numpy as np
 from ortools.sat.python import cp_model
 
-from ...cost import get_objective, placement_bound, score
+from ...bounds import placement_bound
+from ...cost import score
+from ...objectives import get_objective
 from ...errors import number, require
 from ...result import EVERY_PLACEMENT, INFEASIBLE, Plan, Result
 from ...rows import certify_seconds, row_count_reason

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...cost import Aggregate, Objective, get_objective
+from ...objectives import Aggregate, Objective, get_objective
 from ...solution import Layout
 from ...window import Cluster, Instance
 from .common import aggregate_count

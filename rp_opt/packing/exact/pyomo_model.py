@@ -16,7 +16,8 @@ from pyomo.contrib.appsi.base import TerminationCondition
 from pyomo.contrib.appsi.solvers import Highs
 
 from ..._highs import silence_banner, solve_pyomo
-from ...cost import Objective, attention_waste
+from ...bounds import attention_waste
+from ...objectives import Objective
 from ...solution import Layout
 from .common import Budget, PackingData, linearize_aggregate, symmetry_chains
 from .cpsat_model import LevelOutcome, SolveOutcome

@@ -31,7 +31,8 @@ from typing import Callable
 
 import numpy as np
 
-from ...cost import Costs, Objective, layout_costs
+from ...cost import Costs, layout_costs
+from ...objectives import Objective
 from ...solution import Layout, Placement
 from ...window import Instance
 from .common import lex_better, renumbered

@@ -1,21 +1,22 @@
-"""Lower bounds for a plan's report: the bound for every placement and layout of R rows
-(MODEL.md's analytic bounds, the pigeonhole expert bound, the row excess for every
-placement), the bound for the plan's own placement, and the baseline plan's score.
+"""What the heuristic's report adds to a plan: its lower bounds (for every placement and
+layout of R rows, :mod:`rp_opt.bounds`, and for the plan's own placement) and the
+baseline plan's score.
 
-The row excess for every placement (:func:`rp_opt.cost.every_placement_row_excess`) takes
-a few passes over a[i,l,e]; a plan adds it where :func:`hidden_seconds` fits its budget,
-or computes it beside the search (:class:`BackgroundBound`).
+The row excess for every placement (:func:`rp_opt.bounds.every_placement_row_excess`)
+takes a few passes over a[i,l,e]; a plan adds it where
+:func:`rp_opt.bounds.hidden_seconds` fits its budget, or computes it beside the search
+(:class:`BackgroundBound`).
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
-import time
 from dataclasses import replace
 
 import numpy as np
 
-from ..cost import cost_bounds, get_objective, placement_row_excess
+from ..bounds import cost_bounds, hidden_seconds, placement_row_excess, strong_bounds
+from ..objectives import get_objective
 from ..errors import InputError
 from ..solution import Layout, Placement
 from ..window import Instance
@@ -29,7 +30,7 @@ BACKGROUND_SHARE = 0.7
 
 
 class BackgroundBound:
-    """The row excess for every placement (:func:`rp_opt.cost.every_placement_row_excess`)
+    """The row excess for every placement (:func:`rp_opt.bounds.every_placement_row_excess`)
     in a forked process beside the plan, so that the plan's report gets the bound a
     separate certificate would give. It costs the search: measured on the 5-s `sync` plan
     of the N = 4096 reference window, 8864637, 8865242, 8865555 with it against 8863727,
@@ -65,7 +66,7 @@ class BackgroundBound:
 
 
 def _background_row_excess(conn, instance, num_rows, load):
-    from ..cost import every_placement_row_excess
+    from ..bounds import every_placement_row_excess
 
     quiet_worker()
     try:
@@ -74,58 +75,6 @@ def _background_row_excess(conn, instance, num_rows, load):
         conn.send(None)
     finally:
         conn.close()
-
-
-
-def strong_bounds(instance: Instance, num_rows: int, load: np.ndarray | None = None, base=None,
-                  hidden: bool = True, every_row_excess: float | None = None):
-    """:class:`rp_opt.cost.CostBounds` valid for every placement, with the expert total
-    sum_{r,g} X >= gamma sum_l LB_l where LB_l is the pigeonhole bound on the best max rank
-    load of layer l (:func:`rp_opt.placement.placement_lower_bound`, >= MODEL.md's
-    max(max_e load, sum_e load / P)), since sum_{r,g} max_p W[r,g,l,p] >= max_p L[l,p]
-    (Eq. 4) holds for whatever placement the plan uses; with ``hidden``, the row excess
-    for every placement too (:func:`rp_opt.cost.every_placement_row_excess`: the charge
-    and the excess of the blocks that cannot hide it), or ``every_row_excess`` when an
-    earlier call for this window and R computed it (it depends on no placement)."""
-
-    from ..cost import every_placement_row_excess
-    from ..placement import placement_lower_bound
-
-    base = cost_bounds(instance, num_rows) if base is None else base
-    load = instance.window.expert_load() if load is None else load
-    lb = placement_lower_bound(load, instance.cluster.ep)
-    expert_total = instance.cost.gamma * float(np.sum(lb))
-    row_excess = base.row_excess
-    if hidden:
-        if every_row_excess is None:
-            every_row_excess = every_placement_row_excess(instance, num_rows, base.sample_attention, load)
-        row_excess = max(row_excess, every_row_excess)
-    return replace(base, expert_total=max(base.expert_total, expert_total), row_excess=row_excess)
-
-
-def window_bound(instance: Instance, num_rows: int, objective) -> float:
-    """The primary's bound for every placement and layout of ``num_rows`` rows with no time
-    limit: :func:`strong_bounds`, with the row excess for every placement where the primary
-    takes row maxima (a plan's report adds that part only within its budget)."""
-    base = cost_bounds(instance, num_rows)
-    return strong_bounds(instance, num_rows, base=base, hidden=base.uses_row_maxima(objective)).objective(objective)[0]
-
-
-def timed_window_bound(instance: Instance, num_rows: int, objective) -> tuple[float, float]:
-    """(:func:`window_bound`, its seconds): for reports that show what the certificate
-    costs beside the plan (``rp-opt eval --bound``, scripts/bench_heuristic.py)."""
-    started = time.perf_counter()
-    bound = window_bound(instance, num_rows, objective)
-    return bound, time.perf_counter() - started
-
-
-def hidden_seconds(instance: Instance) -> float:
-    """Estimated seconds of :func:`rp_opt.cost.every_placement_row_excess`: a few passes
-    over a[i,l,e] and some work per layer and expert (on the 2-core machine 0.22, 0.35,
-    1.1 and 4.7 s for N = 512, 1024, 4096 and 16384 with L x E = 48 x 256; 0.09 s for
-    512 x 8 x 256)."""
-    window = instance.window
-    return window.num_layers * window.num_experts * (1e-5 + 2.5e-8 * window.num_samples)
 
 
 def report_bounds(instance: Instance, placement: Placement, num_rows: int, objective, demand_by_rank,
@@ -142,7 +91,7 @@ def report_bounds(instance: Instance, placement: Placement, num_rows: int, objec
     when the caller passes it from an earlier call: a refined placement needs no new one);
     ``placement_bound`` holds
     only for this placement (the packing's own gap); ``lower_bounds`` is the
-    :class:`rp_opt.cost.CostBounds` behind ``lower_bound`` (for its gap split). Reuses ``demand_by_rank`` and
+    :class:`rp_opt.bounds.CostBounds` behind ``lower_bound`` (for its gap split). Reuses ``demand_by_rank`` and
     ``load`` (= ``window.expert_load()``) instead of recomputing them.
     """
 
