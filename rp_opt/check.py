@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .cost import Costs
-from .objectives import Objective, get_objective, objective_names
 from .errors import InputError, integer, require
+from .objectives import Objective, get_objective, objective_names
 from .result import Plan, Result
 from .solution import cell_samples
 from .window import Instance

@@ -15,9 +15,9 @@ import time
 from .objectives import get_objective
 # the heuristic's module (with the row certifier: 0.6 s to import) loads with this one, in
 # get_solver("auto"), not inside the first plan's time limit
-from .packing.report import improvement
 from .packing.heuristic import _l1_rows
 from .packing.heuristic_options import heuristic_inputs
+from .packing.report import improvement
 from .result import FEASIBLE, OPTIMAL, Result
 from .solvers import get_solver, register_solver
 from .window import Instance

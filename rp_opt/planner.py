@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .cost import score
-from .objectives import get_objective
 from .errors import InputError, integer, number, require, switch
+from .objectives import get_objective
 from .result import EVERY_PLACEMENT, FEASIBLE, INFEASIBLE, OPTIMAL, Plan, Result, relative_gap
 from .solution import Layout, Placement, placement_for
 from .window import Cluster, CostModel, Instance, Window

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..objectives import get_objective
 from ..io import check_fingerprint, read_plan_file
+from ..objectives import get_objective
 from ._common import add_cost, add_json, check_plan_data, emit_json, int_arg, open_instance, require_score
 
 

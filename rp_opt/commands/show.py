@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..check import check
 from ..bounds import cost_bounds
+from ..check import check
 from ..cost import layout_costs, rank_load
 from ..objectives import get_objective
 from ..result import relative_gap

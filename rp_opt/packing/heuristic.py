@@ -25,16 +25,16 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..bounds import uses_row_maxima
+from ..bounds import hidden_seconds, uses_row_maxima
 from ..cost import layout_costs, rank_demand_major, rank_major_view
-from ..objectives import get_objective
 from ..errors import require
+from ..objectives import get_objective
+from ..result import EVERY_PLACEMENT, INFEASIBLE, NO_SOLUTION, Plan, Result, relative_gap
 # rp_opt.rows (with the row certifier's OR-Tools, HiGHS, SciPy: 0.4-0.7 s to import) loads with
 # this module, that is in get_solver("heuristic"), not in the first plan's time limit (at
 # N = 2048 and 1 s that import was 0.57 s of the plan's 1.43 s); certified_rows still looks
 # certify_rows up when it runs
 from ..rows import certify_seconds, row_count_reason
-from ..result import EVERY_PLACEMENT, INFEASIBLE, NO_SOLUTION, Plan, Result, relative_gap
 from ..solution import Layout, Placement, placement_for
 from ..solvers import register_solver
 from ..stop import MaxIterations, MaxSeconds, NoImprovement
@@ -42,10 +42,9 @@ from ..window import Instance
 from .anchors import anchor_seconds
 from .anneal import AnnealStats, anneal
 from .baseline import proven_status
-from ..bounds import hidden_seconds
-from .report import BACKGROUND_SHARE, HIDDEN_SHARE, BackgroundBound, baseline_score, improvement, report_bounds
 from .heuristic_options import heuristic_inputs
 from .improve import search_layout
+from .report import BACKGROUND_SHARE, HIDDEN_SHARE, BackgroundBound, baseline_score, improvement, report_bounds
 from .seeds import greedy_seconds, layout_violation, seed_layouts
 from .state import Problem, State, load_layouts, make_problem
 

@@ -16,8 +16,8 @@ from dataclasses import replace
 import numpy as np
 
 from ..bounds import cost_bounds, hidden_seconds, placement_row_excess, strong_bounds
-from ..objectives import get_objective
 from ..errors import InputError
+from ..objectives import get_objective
 from ..solution import Layout, Placement
 from ..window import Instance
 from .workers import quiet_worker

@@ -28,8 +28,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..objectives import _AXIS, get_objective
 from ..errors import require
+from ..objectives import _AXIS, get_objective
 from ..window import Instance
 from .workers import new_segment, release
 

@@ -55,13 +55,13 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..._highs import import_pyomo
 from ...bounds import cost_bounds
 from ...cost import rank_load, score
-from ...objectives import get_objective
 from ...errors import MAX_SEED, integer, number, require, switch
+from ...objectives import get_objective
 from ...result import FEASIBLE, GIVEN_PLACEMENT, INFEASIBLE, NO_SOLUTION, OPTIMAL, Plan, Result
 from ...rows import certify_seconds, row_count_reason
-from ..._highs import import_pyomo
 from ...solution import Layout, Placement, placement_for
 from ...solvers import register_solver
 from ...window import Instance

@@ -28,8 +28,8 @@ from ortools.sat.python import cp_model
 from ..._cpsat import interrupted, mark_interrupted, solve as cpsat_solve
 from ..._cubes import CubeSearch, solve_cubes
 from ...bounds import attention_waste
-from ...objectives import Objective
 from ...errors import InputError, require
+from ...objectives import Objective
 from ...solution import Layout
 from .common import (Budget, PackingData, aggregate_count, integer_scale, level_key, linearize_aggregate, rational,
                      symmetry_chains)

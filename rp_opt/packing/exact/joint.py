@@ -18,8 +18,8 @@ from ortools.sat.python import cp_model
 
 from ...bounds import placement_bound
 from ...cost import score
-from ...objectives import get_objective
 from ...errors import number, require
+from ...objectives import get_objective
 from ...result import EVERY_PLACEMENT, INFEASIBLE, Plan, Result
 from ...rows import certify_seconds, row_count_reason
 from ...solution import Placement
