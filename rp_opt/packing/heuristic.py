@@ -209,9 +209,10 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     time_limit, seed, workers, options = heuristic_inputs(time_limit, seed, workers, options)
     run = _Run(instance, get_objective(objective), time_limit, seed, options, started)
     run.choose_placement(warm_start, placement)
-    no_plan = run.choose_rows() or run.build_seeds()
-    if no_plan is not None:
-        return no_plan
+    for step in (run.choose_rows, run.build_seeds):
+        no_plan = step()        # the Result of a window with no row count or no seed
+        if no_plan is not None:
+            return no_plan
     run.build_problem()
     run.add_seed_variants()
     run.schedule(workers)
