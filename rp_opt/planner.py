@@ -654,7 +654,19 @@ def check_solver_options(solver: str, options: dict, time_limit: float, seed: in
     """Check ``options`` (a Planner's ``solver_options``) against what ``solver`` takes,
     before any step runs: one :class:`~rp_opt.errors.InputError` naming ``solver_options``
     (``solver_options: unknown option(s) ['bogus'] for solver heuristic; known: ...``) or
-    ``solver_options.NAME`` for a bad value.
+    ``solver_options.NAME`` for a bad value (:func:`check_options_of` says which solvers
+    are checked and how).
+    """
+    try:
+        check_options_of(solver, options, time_limit, seed)
+    except InputError as exc:
+        field = "solver_options" if exc.field == "options" else f"solver_options.{exc.field}"
+        raise InputError(field, exc.message) from None
+
+
+def check_options_of(solver: str, options: dict, time_limit: float, seed: int) -> None:
+    """Check ``options`` against what ``solver`` takes, with the error the solver itself
+    would raise (field ``options`` or the option's name), before it reads a window.
 
     ``heuristic`` and ``auto`` (whose options go to the heuristic) use the heuristic's own
     check, :func:`rp_opt.packing.heuristic_options.heuristic_inputs`; ``exact``
@@ -664,27 +676,23 @@ def check_solver_options(solver: str, options: dict, time_limit: float, seed: in
     they run.
     """
     rest = {name: value for name, value in options.items() if name != "placement"}
-    try:
-        if solver in ("heuristic", "auto"):
-            from .packing.heuristic_options import heuristic_inputs
+    if solver in ("heuristic", "auto"):
+        from .packing.heuristic_options import heuristic_inputs
 
-            workers = rest.pop("workers", None)
-            heuristic_inputs(time_limit, seed, workers, rest)
-        elif solver == "exact":
-            from .packing.exact import BACKENDS, check_options
+        workers = rest.pop("workers", None)
+        heuristic_inputs(time_limit, seed, workers, rest)
+    elif solver == "exact":
+        from .packing.exact import BACKENDS, check_options
 
-            # backend and num_rows are solve_exact's keyword arguments, not options
-            backend = rest.pop("backend", "cpsat")
-            require(backend in BACKENDS, "backend", f"must be one of {BACKENDS}, got {backend!r}")
-            integer("num_rows", rest.pop("num_rows", None), 1, text=True, none=True, hint="None: R*")
-            check_options(rest)
-        elif solver in _FIXED_PLACEMENT:
-            unknown = sorted(set(options) - {"num_rows"})
-            require(not unknown, "options", f"unknown option(s) {unknown} for solver {solver}; known: num_rows")
-            integer("num_rows", options.get("num_rows"), 1, text=True, none=True, hint="None: R*")
-    except InputError as exc:
-        field = "solver_options" if exc.field == "options" else f"solver_options.{exc.field}"
-        raise InputError(field, exc.message) from None
+        # backend and num_rows are solve_exact's keyword arguments, not options
+        backend = rest.pop("backend", "cpsat")
+        require(backend in BACKENDS, "backend", f"must be one of {BACKENDS}, got {backend!r}")
+        integer("num_rows", rest.pop("num_rows", None), 1, text=True, none=True, hint="None: R*")
+        check_options(rest)
+    elif solver in _FIXED_PLACEMENT:
+        unknown = sorted(set(options) - {"num_rows"})
+        require(not unknown, "options", f"unknown option(s) {unknown} for solver {solver}; known: num_rows")
+        integer("num_rows", options.get("num_rows"), 1, text=True, none=True, hint="None: R*")
 
 
 def _seed_placement(window: Window, previous: Placement) -> Placement:

@@ -164,6 +164,26 @@ def test_plan_solver_options(capsys):
     assert "--option: must be KEY=VALUE" in capsys.readouterr().err
 
 
+def test_bad_option_is_rejected_before_the_window_is_read(caplog, capsys, tmp_path):
+    """A bad ``--option`` (unknown, or a bad value) ends ``plan`` before it reads the
+    window or logs "planning ...", with the error the solver itself would give; a window
+    path that does not exist is then not even opened."""
+    import logging
+
+    missing = str(tmp_path / "nowhere.npz")
+    for solver, option, said in (("heuristic", "refin=true", "options: unknown option(s) ['refin']"),
+                                 ("auto", "replicas=0", "replicas"),
+                                 ("exact", "cubes=maybe", "cubes: must be true or false"),
+                                 ("kk", "replicas=4", "unknown option(s) ['replicas']")):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="rp_opt"):
+            assert main(["plan", missing, "--solver", solver, "--option", option]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "nowhere" not in err and len(err.strip().splitlines()) == 1, err
+        assert not any("planning" in r.getMessage() for r in caplog.records), solver
+        assert not any("nowhere" in r.getMessage() for r in caplog.records), solver
+
+
 def test_closed_stdout_no_traceback():
     """``rp-opt show | head -1``: the reader closes the pipe early; exit 141 (128 +
     SIGPIPE), nothing on stderr (it used to be a BrokenPipeError traceback, exit 1)."""

@@ -75,6 +75,10 @@ def run(args) -> int:
     options = parse_options(args.option)
     check_output(args.output, inputs={"window": args.file or default_instance_path(), "cost model": args.cost})
     solver = get_solver(args.solver)
+    # a bad --option is the error the solver would give, before the window is read
+    from ..planner import check_options_of
+
+    check_options_of(args.solver, options, args.time_limit, args.seed)
     instance, path = open_instance(args.file, args.cost)
     warm = load_plan_for(args.warm_start, instance, "--warm-start") if args.warm_start else None
     log.info("planning %s with %s (%s, limit %g s)", path, args.solver, args.objective, args.time_limit)
