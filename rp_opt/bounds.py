@@ -8,6 +8,7 @@ primary's bound for every placement and layout of R rows (the certificate of
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, replace
 
@@ -266,15 +267,31 @@ def _split_excess(tables, kept: np.ndarray, total: float) -> float:
     return max(0.0, total, best - terms["excess"])
 
 
+# a[i,l,e] entries per layer (N x E) from which two threads share the layers of the row
+# excess for every placement: on the 2-core machine they take 0.72-0.75 of the time from
+# N x E = 2048 x 256 up, and were slower at 1024 x 256 and below (docs/benchmarks.md)
+THREADED_ENTRIES = 1 << 19
+
+
+def excess_threads(instance: Instance) -> int:
+    """Threads :func:`every_placement_row_excess` uses by default: 2 on a machine with two
+    cores or more when a layer has at least :data:`THREADED_ENTRIES` entries, else 1."""
+    window = instance.window
+    big = window.num_samples * window.num_experts >= THREADED_ENTRIES
+    return 2 if big and (os.cpu_count() or 1) >= 2 else 1
+
+
 def every_placement_row_excess(instance: Instance, num_rows: int, attention: np.ndarray | None = None,
-                               load: np.ndarray | None = None, span: int = 8) -> float:
+                               load: np.ndarray | None = None, span: int = 8, threads: int | None = None) -> float:
     """:func:`row_excess_bound` for every placement: the blocks that cannot hide keep at
     least gamma sum_l (max_p L'[l,p] - L'[l]/P) over their samples, L' the window's loads
     less those of the hidden blocks' samples (at most h k C tokens, none full-length),
     bounded below over every such set and every placement by
     :func:`rp_opt.placement.hidden.hidden_excess`. ``attention`` [N] is each sample's
     attention cost (``CostBounds.sample_attention``; computed when None). 0 without a
-    full-length sample or with more than one routing rate (no charge to add it to)."""
+    full-length sample or with more than one routing rate (no charge to add it to).
+    ``threads`` share the layers (None: :func:`excess_threads`; the value does not depend
+    on it)."""
     from .placement.hidden import hidden_excess
 
     window, cluster, cost = instance.window, instance.cluster, instance.cost
@@ -289,9 +306,10 @@ def every_placement_row_excess(instance: Instance, num_rows: int, attention: np.
         return 0.0
     load = window.expert_load() if load is None else load
     hideable = lengths < cluster.capacity
+    threads = excess_threads(instance) if threads is None else threads
     kept = cost.gamma * hidden_excess(load, window.demand, lengths, cluster.ep,
                                       hidden_capacities(num_rows, cluster.edp, per_shard, cluster.capacity, span),
-                                      samples=hideable)
+                                      samples=hideable, threads=threads)
     return _split_excess(tables, kept, float(kept[0]))
 
 
@@ -704,8 +722,10 @@ def timed_window_bound(instance: Instance, num_rows: int, objective) -> tuple[fl
 
 def hidden_seconds(instance: Instance) -> float:
     """Estimated seconds of :func:`rp_opt.bounds.every_placement_row_excess`: a few passes
-    over a[i,l,e] and some work per layer and expert (on the 2-core machine 0.22, 0.35,
-    1.1 and 4.7 s for N = 512, 1024, 4096 and 16384 with L x E = 48 x 256; 0.09 s for
-    512 x 8 x 256)."""
+    over a[i,l,e] and some work per layer and expert (on the 2-core machine, one thread,
+    0.22, 0.35, 1.1 and 4.7 s for N = 512, 1024, 4096 and 16384 with L x E = 48 x 256;
+    0.09 s for 512 x 8 x 256), three quarters of that where two threads share the layers
+    (:func:`excess_threads`)."""
     window = instance.window
-    return window.num_layers * window.num_experts * (1e-5 + 2.5e-8 * window.num_samples)
+    seconds = window.num_layers * window.num_experts * (1e-5 + 2.5e-8 * window.num_samples)
+    return 0.75 * seconds if excess_threads(instance) > 1 else seconds

@@ -193,3 +193,16 @@ def test_samples_select_without_a_copy_of_the_window():
     alone = hidden_excess(load, demand[mask], lengths[mask], 2, caps)
     np.testing.assert_array_equal(hidden_excess(load, demand, lengths, 2, caps, samples=mask), alone)
     np.testing.assert_array_equal(hidden_excess(load, demand, lengths, 2, caps, samples=np.flatnonzero(mask)), alone)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_threads_give_the_same_bound(seed):
+    """Two or three threads sharing the layers give exactly the one-thread bound (each
+    layer's row is its own; the sum over layers is taken in a fixed order)."""
+    load, demand, lengths, capacities = _window(seed, 2, 8, seed % 2 == 0, seed % 3 == 0, True, "some", False)
+    # six layers: the window's two, repeated with their experts rolled
+    load = np.concatenate([np.roll(load, k, axis=1) for k in range(3)])
+    demand = np.concatenate([np.roll(demand, k, axis=2) for k in range(3)], axis=1)
+    one = hidden_excess(load, demand, lengths, 4, capacities)
+    for threads in (2, 3):
+        np.testing.assert_array_equal(hidden_excess(load, demand, lengths, 4, capacities, threads=threads), one)

@@ -70,7 +70,8 @@ def _background_row_excess(conn, instance, num_rows, load):
 
     quiet_worker()
     try:
-        conn.send(every_placement_row_excess(instance, num_rows, None, load))
+        # one thread: the search runs beside it
+        conn.send(every_placement_row_excess(instance, num_rows, None, load, threads=1))
     except Exception:  # the plan keeps its other bounds
         conn.send(None)
     finally:

@@ -39,7 +39,8 @@ from .lpt import _check_load
 
 
 def hidden_excess(load: np.ndarray, demand: np.ndarray, lengths: np.ndarray, num_ranks: int,
-                  capacities: np.ndarray, bucket_ratio: float = 1.1, samples: np.ndarray | None = None) -> np.ndarray:
+                  capacities: np.ndarray, bucket_ratio: float = 1.1, samples: np.ndarray | None = None,
+                  threads: int = 1) -> np.ndarray:
     """Lower bound on sum_l (max_p L'[l,p] - L'[l]/P) for every balanced placement and every
     set H of the given samples with at most ``capacities[m]`` tokens, L' = ``load`` less H's
     demand.
@@ -65,6 +66,8 @@ def hidden_excess(load: np.ndarray, demand: np.ndarray, lengths: np.ndarray, num
     samples
         Indices (or a boolean mask) of the samples that may leave, into ``demand`` and
         ``lengths``; None: all of them.
+    threads
+        Threads that share the layers (the result does not depend on it).
 
     Returns
     -------
@@ -80,10 +83,19 @@ def hidden_excess(load: np.ndarray, demand: np.ndarray, lengths: np.ndarray, num
     if chosen.size == 0:
         point = _layer_terms_at_zero(load.astype(np.float64), num_ranks)
         return np.full(capacities.shape, max(point, 0.0))
-    per_layer = np.zeros((num_layers, capacities.size))
-    for layer in range(num_layers):
-        per_layer[layer] = _layer(load[layer].astype(np.float64), demand[chosen, layer, :], lengths, num_ranks,
-                                  capacities, bucket_ratio)
+    def one_layer(layer: int) -> np.ndarray:
+        return _layer(load[layer].astype(np.float64), demand[chosen, layer, :], lengths, num_ranks, capacities,
+                      bucket_ratio)
+
+    # layers are independent and numpy's bulk work releases the GIL: two threads share them
+    # (each layer's result lands in its own row, so the sum below is in a fixed order)
+    if threads > 1 and num_layers > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(threads, num_layers)) as pool:
+            per_layer = np.stack(list(pool.map(one_layer, range(num_layers))))
+    else:
+        per_layer = np.stack([one_layer(layer) for layer in range(num_layers)])
     # a sum of per-layer lower bounds over the same interval of T_H; then T_H <= capacity
     # ranges over every interval up to it
     total = np.minimum.accumulate(per_layer.sum(axis=0))
