@@ -161,7 +161,7 @@ def kernel(samples: int = 4096, seconds: float = 3.0, cache: str = "/tmp"):
     for workers in (1, 2):
         c, t = cpu(), time.perf_counter()
         _, energy, st = search_layout(problem, start, deadline=time.perf_counter() + seconds, seed=0,
-                                             cap=None, screen=32, workers=workers)
+                                      cap=None, screen=32, workers=workers)
         wall, used = time.perf_counter() - t, cpu() - c
         evals = st.get("sweep_evaluations", 0) + st.get("exact_evaluations", 0)
         better = st.get("sweep_improvements", 0) + st.get("exact_improvements", 0)

@@ -312,7 +312,7 @@ class _Run:
         stats["num_rows"] = num_rows
         if stats.get("rows_status") == "optimal":
             stats["r_star"] = num_rows
-        self.num_rows, self.witness, self.rows_method = num_rows, witness, row_stats.get("rows_method")
+        self.num_rows, self.witness = num_rows, witness
         self.timings["rows"] = time.perf_counter() - t
         return None
 
@@ -347,7 +347,8 @@ class _Run:
             self.probe_anchors = _row_maxima(self.objective)
         else:
             self.probe_anchors = False
-        if witness is not None and self.rows_method == "L1 = FFD (AReaL ffd)" and "ffd" in rules:
+        reuse_witness = self.stats.get("rows_method") == "L1 = FFD (AReaL ffd)"
+        if witness is not None and reuse_witness and "ffd" in rules:
             # the witness IS the AReaL ffd layout (same rule, same R*·D bins): reuse it
             # (the ffd rule runs as the witness rule, even when ``seeds`` names no witness)
             seeds = seed_layouts(instance, num_rows, self.demand, witness,
@@ -363,7 +364,8 @@ class _Run:
             seeds = {"warm_start": self.warm_layout, **seeds}
         self.timings["seeds"] = time.perf_counter() - t
         if not seeds:
-            self.stats["reason"] = f"no seed layout of R={num_rows} rows could be built (seed rules: {', '.join(rules)})"
+            self.stats["reason"] = (f"no seed layout of R={num_rows} rows could be built "
+                                    f"(seed rules: {', '.join(rules)})")
             return Result(NO_SOLUTION, None, (), None, time.perf_counter() - self.started, "heuristic", self.stats)
         self.seeds = seeds
         return None
@@ -541,10 +543,8 @@ class _Run:
             t = time.perf_counter()
             try:
                 found, energy, self.search_stats = search_layout(
-                    self.problem, self.best, deadline=self.deadline, max_evaluations=self._search_evaluations(),
-                    seed=seed + 1000 * self.rounds, cap=options.get("search_cap"),
-                    surrogate=float(options.get("surrogate", 0.05)), screen=options.get("search_screen", 32),
-                    workers=self.search_workers)
+                    self.problem, self.best, deadline=self.deadline, seed=seed + 1000 * self.rounds,
+                    workers=self.search_workers, **_search_settings(options, self.deterministic))
             except KeyboardInterrupt:  # outside the search's own loop (its set-up or teardown): the anneal's best
                 found, energy, self.search_stats = self.best, self.best_energy, {"interrupted": True}
             if energy <= self.best_energy:
@@ -589,12 +589,6 @@ class _Run:
             found, energy, astats = _best_start(self.problem, starts)
             astats.interrupted = True
             return found, energy, astats
-
-    def _search_evaluations(self) -> int | None:
-        """Block pairs a search may evaluate: ``search_evaluations`` (200 with a fixed
-        schedule), else None (until the deadline)."""
-        evals = self.options.get("search_evaluations")
-        return (evals or 200) if self.deterministic else evals
 
     def refinement_rounds(self) -> None:
         """Rounds of (refine the placement for the layout, search the layout again) until
@@ -793,6 +787,16 @@ def _arrange_after_search(problem: Problem, layout: np.ndarray, energy: float, o
     return (moved, moved_energy) if moved_energy < energy_now else (layout, energy)
 
 
+def _search_settings(options: dict, deterministic: bool) -> dict:
+    """The block search's keyword arguments from the heuristic's options (every search of a
+    run, the refinement's too): block pairs it may evaluate (``search_evaluations``, 200
+    with a fixed schedule; else None: until the deadline), ``search_cap``, ``surrogate``
+    and ``search_screen``."""
+    evals = options.get("search_evaluations")
+    return {"max_evaluations": (evals or 200) if deterministic else evals, "cap": options.get("search_cap"),
+            "surrogate": float(options.get("surrogate", 0.05)), "screen": options.get("search_screen", 32)}
+
+
 def _refine_round(instance: Instance, objective, placement: Placement, problem: Problem, best: np.ndarray,
                   best_energy: float, deadline: float | None, *, seed: int, deterministic: bool, options: dict,
                   search_workers: int, rank_demand_seconds: float = 0.0) -> dict:
@@ -821,11 +825,8 @@ def _refine_round(instance: Instance, objective, placement: Placement, problem: 
         return out
     major = rank_demand_major(instance.window, new_place)
     new_problem = make_problem(instance, major, problem.rows, objective)
-    evals = (options.get("search_evaluations") or 200) if deterministic else options.get("search_evaluations")
-    found, energy, search_stats = search_layout(
-        new_problem, best, deadline=deadline, max_evaluations=evals, seed=seed + 7919,
-        cap=options.get("search_cap"), surrogate=float(options.get("surrogate", 0.05)),
-        screen=options.get("search_screen", 32), workers=search_workers)
+    found, energy, search_stats = search_layout(new_problem, best, deadline=deadline, seed=seed + 7919,
+                                                workers=search_workers, **_search_settings(options, deterministic))
     found, energy = _arrange_after_search(new_problem, found, energy, options, search_stats)
     out["stats"].update(energy_before=best_energy, energy_after=energy, search=search_stats)
     if energy < best_energy:
