@@ -128,13 +128,16 @@ def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed:
         return Result(guess.status, guess.plan, guess.score, guess.bound, time.perf_counter() - started - report,
                       "auto", guess.stats)
     exact = get_solver("exact")  # its module loads on first use (OR-Tools' model API): before `left`
-    left = max(0.2, time_limit - (time.perf_counter() - started))
+    # what is left of the limit (kept above 0, as above: the exact solver then returns its start)
+    left = max(time_limit - (time.perf_counter() - started), 1e-3)
     result = exact(instance, objective=objective, time_limit=left, seed=seed, warm_start=guess.plan,
                    placement=guess.plan.placement, num_rows=num_rows)
     stats = dict(result.stats)
     stats.update(auto_choice=choice, auto_reason=reason, heuristic_score=list(guess.score),
                  heuristic_seconds=guess.seconds, deterministic=False)  # the exact model runs to a time limit
-    for key in ("baseline_score", "lower_bound", "placement_bound", "r_star"):
+    # what the heuristic found about the window (rows proven or only a witness's) holds
+    # whichever plan is returned
+    for key in ("baseline_score", "lower_bound", "placement_bound", "r_star", "rows_method", "rows_lower_bound"):
         if key in guess.stats:
             stats.setdefault(key, guess.stats[key])
     # the better of the two proven bounds (0 is a bound: a window whose plans cost nothing)
@@ -149,8 +152,7 @@ def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed:
     if status == OPTIMAL and "rows_lower_bound" in guess.stats:
         # the rows are a witness's, R* was not proven: optimal for R = num_rows only
         status = FEASIBLE
-        stats.update(optimal_for_rows=num_rows, rows_method=guess.stats.get("rows_method"),
-                     rows_lower_bound=guess.stats["rows_lower_bound"])
+        stats["optimal_for_rows"] = num_rows
     if bound is not None and result.score:
         bound = min(bound, result.score[0]) if status == OPTIMAL else bound
     base = stats.get("baseline_score")

@@ -35,6 +35,7 @@ from .errors import InputError, integer, number, require, switch
 from .objectives import get_objective
 from .result import EVERY_PLACEMENT, FEASIBLE, INFEASIBLE, OPTIMAL, Plan, Result, relative_gap
 from .solution import Layout, Placement, placement_for
+from .solvers import get_solver, takes_placement
 from .window import Cluster, CostModel, Instance, Window
 
 log = logging.getLogger("rp_opt")
@@ -46,8 +47,8 @@ MODES = {
     "heuristic": ("heuristic", "lpt-ffd", "baseline"),
     "exact": ("exact", "auto", "heuristic", "lpt-ffd", "baseline"),
 }
-# baseline planners choose their own placement rule (identity or LPT) and take no seed
-_FIXED_PLACEMENT = {"baseline", "kk", "lpt-ffd"}
+# baseline planners: fixed rules (identity or LPT placement, a packing rule), num_rows only
+_BASELINES = {"baseline", "kk", "lpt-ffd"}
 # solver arguments the Planner sets itself on every call (not accepted in solver_options)
 _PLANNER_SET = {"objective", "time_limit", "seed", "warm_start"}
 # StepPlan.decision: which plan a step returned
@@ -308,7 +309,7 @@ class Planner:
         self.expert_bytes = integer("expert_bytes", expert_bytes, low=0)
         require(isinstance(mode, str) and mode != "", "mode", f"must be a solver mode name, got {mode!r}")
         self.mode = mode
-        require(not (self.keep_placement and (MODES.get(mode, (mode,))[0] in _FIXED_PLACEMENT)), "keep_placement",
+        require(not (self.keep_placement and not takes_placement(self.solver_name)), "keep_placement",
                 f"mode {mode!r} chooses its own placement; use heuristic, exact or auto")
         require(not (self.keep_placement and self.solver_options.get("refine")), "solver_options",
                 "refine=True changes the placement, keep_placement=True keeps it: choose one")
@@ -329,8 +330,6 @@ class Planner:
     @property
     def solver_name(self) -> str:
         """The solver this planner runs (after fallback)."""
-        from .solvers import get_solver
-
         chain = MODES.get(self.mode, (self.mode,))
         if not self.fallback:
             chain = chain[:1]
@@ -490,14 +489,12 @@ class Planner:
         warm, seed_placement, warm_kind = self._warm_start(instance, certificate)
         timings["warm_start"] = time.perf_counter() - t
         name = self.solver_name
-        from .solvers import get_solver
-
         solver = get_solver(name)
         options = dict(self.solver_options)
         if certificate.r_star is not None:
             # R* is proven once per step; every registered planner takes it as ``num_rows``
             options.setdefault("num_rows", certificate.r_star)
-        if name not in _FIXED_PLACEMENT:
+        if takes_placement(name):
             if self.keep_placement:
                 options.setdefault("placement", current)
             elif seed_placement is not None:
@@ -689,7 +686,7 @@ def check_options_of(solver: str, options: dict, time_limit: float, seed: int) -
         require(backend in BACKENDS, "backend", f"must be one of {BACKENDS}, got {backend!r}")
         integer("num_rows", rest.pop("num_rows", None), 1, text=True, none=True, hint="None: R*")
         check_options(rest)
-    elif solver in _FIXED_PLACEMENT:
+    elif solver in _BASELINES:
         unknown = sorted(set(options) - {"num_rows"})
         require(not unknown, "options", f"unknown option(s) {unknown} for solver {solver}; known: num_rows")
         integer("num_rows", options.get("num_rows"), 1, text=True, none=True, hint="None: R*")

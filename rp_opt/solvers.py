@@ -8,10 +8,13 @@ by :func:`get_solver`, so importing rp_opt stays cheap.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 from typing import Callable
 
-from .errors import InputError
+from .errors import InputError, require
+from .window import Instance
 
 _SOLVERS: dict[str, Callable] = {}
 _DESCRIPTIONS: dict[str, str] = {}
@@ -29,12 +32,22 @@ _PROVIDERS = {
 
 
 def register_solver(name: str, description: str = ""):
-    """Decorator: make the planner available under ``name``."""
+    """Decorator: make the planner available under ``name``.
+
+    The registered planner checks that its first argument is an :class:`Instance` (one
+    line naming ``instance`` otherwise) before it runs.
+    """
 
     def wrap(func: Callable) -> Callable:
-        _SOLVERS[name] = func
+        @functools.wraps(func)
+        def checked(instance, *args, **kwargs):
+            require(isinstance(instance, Instance), "instance",
+                    f"must be an Instance (window, cluster, cost model), got {type(instance).__name__}")
+            return func(instance, *args, **kwargs)
+
+        _SOLVERS[name] = checked
         _DESCRIPTIONS[name] = description or (func.__doc__ or "").strip().split("\n")[0]
-        return func
+        return checked
 
     return wrap
 
@@ -50,6 +63,12 @@ def get_solver(name: str) -> Callable:
     if name not in _SOLVERS:
         raise InputError("solver", f"unknown solver {name!r}; known: {', '.join(solver_names())}")
     return _SOLVERS[name]
+
+
+def takes_placement(name: str) -> bool:
+    """Whether the planner ``name`` packs for a placement it is given (a ``placement``
+    argument), rather than choosing its own (the baselines' fixed rules, ``joint``)."""
+    return "placement" in inspect.signature(get_solver(name)).parameters
 
 
 def solver_names() -> list[str]:

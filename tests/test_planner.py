@@ -189,8 +189,9 @@ def test_keep_placement_plans_packing_only():
         checked(step)
         assert np.array_equal(step.placement.ranks, start.ranks)
         assert step.migration.num_transfers == 0
-    with pytest.raises(InputError, match=r"^keep_placement: "):
-        Planner(cluster, COST, mode="baseline", keep_placement=True)
+    for mode in ("baseline", "joint"):
+        with pytest.raises(InputError, match=r"^keep_placement: mode '\w+' chooses its own placement"):
+            Planner(cluster, COST, mode=mode, keep_placement=True)
 
 
 def test_refine_through_solver_options():
@@ -280,6 +281,19 @@ def test_auto_and_exact_modes_plan_valid_steps():
         step = Planner(cluster, COST, mode=mode, time_limit=2.0).plan(routing=routing, num_experts=8)
         checked(step)
         assert step.status in ("optimal", "feasible")
+
+
+def test_joint_mode_plans_step_after_step():
+    """Mode ``joint`` (placement and packing in one exact model) plans a second step too:
+    the Planner gives it the previous step as a warm start, not a ``placement`` option,
+    which joint does not take (regression: step 2 raised ``options: unknown option(s)
+    ['placement'] for solver joint``)."""
+    cluster = Cluster(dp=2, edp=1, ep=2, capacity=48)
+    planner = Planner(cluster, COST, mode="joint", time_limit=2.0)
+    for seed in (6, 7):
+        step = planner.plan(routing=routing_of(seed, n=6, low=4, high=24), num_experts=8)
+        checked(step)
+        assert step.solver == "joint" and step.status in ("optimal", "feasible")
 
 
 def test_infeasible_window_is_one_line():

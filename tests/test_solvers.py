@@ -62,6 +62,14 @@ def test_rows_not_proven_in_time(solver, monkeypatch):
         assert res.status == "feasible"
         # nor is 3 reported as R* (the baselines used to say r_star = 3 here)
         assert "r_star" not in res.stats
+        if solver in ("heuristic", "auto"):
+            assert res.stats["rows_lower_bound"] == 2 and "not proven" in res.stats["rows_method"]
+    if solver == "auto":
+        # a limit that leaves the exact model about a millisecond: whether or not it proves
+        # its plan, the stats say the rows are not proven (they were kept only when it did)
+        res = get_solver(solver)(inst, objective="sync", time_limit=0.01)
+        assert res.plan.num_rows == 3 and "r_star" not in res.stats
+        assert res.stats["rows_lower_bound"] == 2 and "not proven" in res.stats["rows_method"]
     monkeypatch.setattr(rows, "certify_rows", real)
     res = get_solver(solver)(inst, objective="sync", time_limit=2)
     assert res.plan is not None and res.plan.num_rows == 3 and check(inst, res.plan).valid
@@ -154,3 +162,41 @@ def test_joint_refuses_a_bad_time_limit(limit):
 
     with pytest.raises(InputError, match=r"^time_limit"):
         get_solver("joint")(lengths_window([2, 4, 2], dp=1), objective="sync", time_limit=limit)
+
+
+@pytest.mark.parametrize("solver", BUILT_IN)
+def test_not_an_instance_is_one_line(solver):
+    """Every registered planner names ``instance`` when given something else (it failed
+    with an AttributeError on ``None.window``)."""
+    from rp_opt.errors import InputError
+
+    with pytest.raises(InputError, match=r"^instance: must be an Instance .*got NoneType"):
+        get_solver(solver)(None, objective="sync", time_limit=1)
+
+
+@pytest.mark.parametrize("solver", ["baseline", "kk", "lpt-ffd"])
+@pytest.mark.parametrize("seed", ["a", -1, True, 2**40])
+def test_baselines_check_the_seed(solver, seed):
+    """The baselines use no randomness but check ``seed`` as every planner does (they
+    accepted anything)."""
+    from rp_opt.errors import InputError
+
+    with pytest.raises(InputError, match=r"^seed: must be an integer in \[0, 2147483647\]"):
+        get_solver(solver)(lengths_window([2, 4, 2], dp=1), seed=seed)
+
+
+def test_joint_checks_its_warm_start():
+    """``joint`` checks a warm start as ``exact`` does: not a Plan, or a plan of another
+    window, is one line naming ``warm_start`` (a list raised an AttributeError, another
+    window's plan was used quietly); its own window's plan is a valid start."""
+    from rp_opt.errors import InputError
+
+    inst, other = lengths_window([2, 4, 2, 2, 4], dp=1), lengths_window([2, 4, 2, 2, 4, 3], dp=1)
+    with pytest.raises(InputError, match=r"^warm_start: must be a Plan, got list"):
+        get_solver("joint")(inst, time_limit=1, warm_start=[[1, 2]])
+    theirs = get_solver("baseline")(other, time_limit=1).plan
+    with pytest.raises(InputError, match=r"^warm_start: "):
+        get_solver("joint")(inst, time_limit=1, warm_start=theirs)
+    ours = get_solver("baseline")(inst, time_limit=1).plan
+    res = get_solver("joint")(inst, time_limit=2, warm_start=ours)
+    assert res.plan is not None and check(inst, res.plan).valid and res.score <= ours.score

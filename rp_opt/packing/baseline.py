@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from ..errors import InputError, integer, number, require
+from ..errors import MAX_SEED, InputError, integer, number, require
 from ..result import FEASIBLE, INFEASIBLE, NO_SOLUTION, OPTIMAL, Result
 from ..solution import Layout, Placement
 from ..solvers import plan_result, register_solver
@@ -194,6 +194,8 @@ def _baseline_solver(placement_rule: str, packing_rule: str):
         unknown = sorted(set(options) - {"num_rows"})
         require(not unknown, "options", f"unknown option(s) {unknown} for this baseline; known: num_rows")
         time_limit = number("time_limit", time_limit, above=0, none=True, hint="seconds, or None: R* within 10 s")
+        # the rules use no randomness; the seed is checked as every planner checks it
+        integer("seed", seed, 0, MAX_SEED)
         window, cluster = instance.window, instance.cluster
         if placement_rule == "lpt":
             from ..placement import lpt_placement

@@ -730,6 +730,32 @@ def _result(instance, placement, obj, out, start, start_score, stats, t0, solver
     return Result(status, plan, plan_score, bound, time.perf_counter() - t0, solver_name, stats)
 
 
+def check_warm_start(instance: Instance, warm_start) -> Placement | None:
+    """The placement of a caller's ``warm_start`` (None when there is none), checked
+    against ``instance``: one :class:`~rp_opt.errors.InputError` naming ``warm_start``
+    when it is not a :class:`Plan` or its placement has the wrong shape."""
+    require(warm_start is None or isinstance(warm_start, Plan), "warm_start",
+            f"must be a Plan, got {type(warm_start).__name__}")
+    if warm_start is None:
+        return None
+    window = instance.window
+    return placement_for(warm_start.placement, instance.cluster.ep, "warm_start", window.num_layers,
+                         window.num_experts)
+
+
+def warm_layout(instance: Instance, warm_start: Plan | None, num_rows: int) -> Layout | None:
+    """The layout of a caller's ``warm_start`` (checked by :func:`check_warm_start`), which
+    must be a layout of ``instance`` with ``num_rows`` rows (an InputError naming
+    ``warm_start`` otherwise), or None. A plan of another window would be planned with as
+    if it were this window's (:func:`solve_packing` drops a bad start quietly, for its own
+    internal starts)."""
+    if warm_start is None:
+        return None
+    why = layout_violation(instance, warm_start.layout, num_rows)
+    require(why is None, "warm_start", f"is not a valid layout of this window's R={num_rows} rows: {why}")
+    return warm_start.layout
+
+
 @register_solver("exact", "exact packing (CP-SAT or HiGHS) for a fixed placement at R = R*")
 def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.0, seed: int = 0,
                 warm_start: Plan | None = None, placement: Placement | None = None, num_rows: int | None = None,
@@ -764,28 +790,18 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
     num_rows = integer("num_rows", num_rows, 1, none=True)
     options = check_options(options)
     time_limit = number("time_limit", time_limit, above=0, hint="seconds")
-    require(warm_start is None or isinstance(warm_start, Plan), "warm_start",
-            f"must be a Plan, got {type(warm_start).__name__}")
-    if placement is not None or warm_start is not None:
+    warm_placement = check_warm_start(instance, warm_start)
+    if placement is not None:
         window = instance.window
-        placement = placement_for(placement if placement is not None else warm_start.placement, instance.cluster.ep,
-                                  "placement" if placement is not None else "warm_start", window.num_layers,
-                                  window.num_experts)
+        placement = placement_for(placement, instance.cluster.ep, "placement", window.num_layers, window.num_experts)
     else:
-        placement = default_placement(instance)
+        placement = warm_placement if warm_placement is not None else default_placement(instance)
     if num_rows is None:
         num_rows, status, reason = num_rows_or_status(instance, time_limit=certify_seconds(time_limit, 1.0))
         if num_rows is None:
             return Result(status, None, (), None, time.perf_counter() - t0, "exact", {"reason": reason})
-    start = None
-    if warm_start is not None:
-        # the caller's plan must fit this window: its placement would otherwise be planned
-        # with as if it were this window's (solve_packing drops a bad start quietly, for
-        # its own internal starts)
-        why = layout_violation(instance, warm_start.layout, num_rows)
-        require(why is None, "warm_start", f"is not a valid layout of this window's R={num_rows} rows: {why}")
-        start = warm_start.layout
-    left = max(0.1, time_limit - (time.perf_counter() - t0))
+    start = warm_layout(instance, warm_start, num_rows)
+    left = max(time_limit - (time.perf_counter() - t0), 1e-3)
     res = solve_packing(instance, placement, num_rows, objective=objective, time_limit=left, seed=seed,
                         start=start, backend=backend, **options)
     # seconds of the whole call, the R* certification and the LPT placement included

@@ -51,7 +51,8 @@ def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.
     Parameters are those of :func:`rp_opt.packing.exact.solve_exact`; ``warm_start`` gives
     both the start placement and layout (default: LPT placement and the greedy layout).
     """
-    from . import check_args, in_callers_numbering, in_model_numbering, num_rows_or_status
+    from . import (check_args, check_warm_start, in_callers_numbering, in_model_numbering, num_rows_or_status,
+                   warm_layout)
 
     t0 = time.perf_counter()
     require(not options, "options", f"unknown option(s) {sorted(options)} for solver joint; known: "
@@ -60,10 +61,13 @@ def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.
                                                    seed=seed).values()
     time_limit = number("time_limit", time_limit, above=0, hint="seconds")
     obj = get_objective(objective)
+    if warm_start is not None:
+        warm_start = replace(warm_start, placement=check_warm_start(instance, warm_start))
     if num_rows is None:
         num_rows, status, reason = num_rows_or_status(instance, time_limit=certify_seconds(time_limit, 1.0))
         if num_rows is None:
             return Result(status, None, (), None, time.perf_counter() - t0, "joint", {"reason": reason})
+    warm_layout(instance, warm_start, int(num_rows))
     if not symmetry or _too_big(instance, int(num_rows), float(time_limit) - (time.perf_counter() - t0)):
         return _solve_joint(instance, obj, time_limit, seed, warm_start, int(num_rows), symmetry, workers, t0)
     # samples numbered heaviest first in the model, as for the packing model (solve_packing)
