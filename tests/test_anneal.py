@@ -39,3 +39,18 @@ def test_incremental_state_equals_full_rescore(objective):
         np.testing.assert_allclose(state.expert[k], costs.expert.ravel(), rtol=1e-12)
         report = check_plan(inst, placement.to_list(), lay.to_rows(), objective, num_rows=rows)
         assert report.valid, report.violations
+
+
+def test_time_limited_anneal_stops_inside_a_temperature():
+    """A time limit holds even when one temperature's steps would take hours
+    (steps_per_temperature=10^7): the steps stop at the deadline, and the stats count the
+    steps that ran. With two workers the forked block stops too."""
+    inst, rows, layout = small_rows(samples=48, dp=4, edp=2, m=5)
+    demand = rank_demand(inst.window, Placement.identity(4, 8, 4))
+    problem = make_problem(inst, demand, rows, "sync")
+    for workers in (1, 2):
+        best, energy, stats = anneal.anneal(problem, [layout.cell_of], replicas=4, workers=workers, time_limit=0.3,
+                                            steps_per_temperature=10**7)
+        assert stats.temperatures == 1 and 0 < stats.steps < 10**7 and stats.seconds < 3.0
+        assert stats.proposals == stats.steps * 4 * 4
+        assert layout_violation(inst, Layout(best, rows, inst.cluster.dp), rows) is None

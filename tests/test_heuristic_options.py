@@ -135,6 +135,7 @@ BAD = [
     ("surrogate", -0.1), ("surrogate", float("inf")), ("reserve", -1), ("reserve", 0.5), ("seeds", "nope"),
     ("seeds", []), ("search", "sometimes"), ("num_rows", 0), ("regroup", "maybe"), ("regroup", 2),
     ("anchor_margin", -0.1), ("anchor_margin", "x"), ("background_bound", "maybe"), ("cycles", "maybe"),
+    ("replicas", 4097), ("candidates", 1025), ("candidates", 10**9),
 ]
 
 
@@ -147,6 +148,14 @@ def test_bad_option_value_is_one_line_error(name, value):
         assert error.value.field == name
         message = str(error.value)
         assert "\n" not in message and message.startswith(f"{name}: must be ") and repr(value) in message
+
+
+def test_moves_per_step_are_bounded():
+    """replicas x candidates moves are drawn (and held in memory) every step: at most 2^16,
+    one line before anything runs (candidates=10^9 used to fail allocating 238 GiB)."""
+    for solver in ("heuristic", "auto"):
+        with pytest.raises(InputError, match=r"^candidates: replicas x candidates must be at most 65536.* 4096 x 32$"):
+            get_solver(solver)(tiny(), time_limit=0.5, replicas=4096, candidates=32)
 
 
 def test_unknown_option_lists_workers():

@@ -149,9 +149,20 @@ def metropolis_steps(problem: Problem, state: State, k0: int, k1: int, temperatu
 
     This is the move kernel; see the module docstring ("the GPU seam").
     """
+    return _metropolis(problem, state, k0, k1, temperature, steps, rng, candidates)[0]
+
+
+def _metropolis(problem: Problem, state: State, k0: int, k1: int, temperature: float, steps: int,
+                rng: np.random.Generator, candidates: int, deadline: float | None = None) -> tuple[int, int]:
+    """:func:`metropolis_steps`, stopping before a step that would start after ``deadline``
+    (a ``time.perf_counter()`` value; None: no deadline). Returns (accepted moves, steps
+    run): a time-limited anneal keeps its limit even when one temperature's steps would
+    take longer (``steps_per_temperature`` and ``candidates`` are the caller's)."""
     kb = k1 - k0
     accepted = 0
-    for _ in range(steps):
+    for step in range(steps):
+        if deadline is not None and time.perf_counter() >= deadline:
+            return accepted, step
         moves = propose(problem, state, k0, k1, rng, candidates)
         delta = np.where(moves["ok"], moves["energy"] - state.energy[k0:k1][moves["rep"]], np.inf)
         delta = delta.reshape(kb, candidates)
@@ -163,14 +174,14 @@ def metropolis_steps(problem: Problem, state: State, k0: int, k1: int, temperatu
         chosen = np.flatnonzero(take) * candidates + best[take]
         apply_moves(problem, state, k0, k1, moves, chosen)
         accepted += int(take.sum())
-    return accepted
+    return accepted, steps
 
 
 
 def _worker_loop(conn, problem, state, k0, k1):
-    for temperature, steps, entropy, candidates in worker_tasks(conn):
+    for temperature, steps, entropy, candidates, deadline in worker_tasks(conn):
         rng = np.random.default_rng(entropy)
-        conn.send(metropolis_steps(problem, state, k0, k1, temperature, steps, rng, candidates))
+        conn.send(_metropolis(problem, state, k0, k1, temperature, steps, rng, candidates, deadline))
 
 
 
@@ -198,15 +209,19 @@ class Pool:
                 self.close()
                 raise
 
-    def run(self, temperature: float, steps: int, seed: int, step_index: int, candidates: int) -> int:
+    def run(self, temperature: float, steps: int, seed: int, step_index: int, candidates: int,
+            deadline: float | None = None) -> tuple[int, int]:
+        """One temperature: ``steps`` Metropolis steps on every block (fewer past
+        ``deadline``). Returns (accepted moves, the most steps a block ran)."""
         for b, conn in enumerate(self.conns, start=1):
-            conn.send((temperature, steps, (seed, step_index, b), candidates))
+            conn.send((temperature, steps, (seed, step_index, b), candidates, deadline))
         k0, k1 = self.blocks[0]
-        accepted = metropolis_steps(self.problem, self.state, k0, k1, temperature, steps,
-                                    np.random.default_rng((seed, step_index, 0)), candidates)
+        accepted, ran = _metropolis(self.problem, self.state, k0, k1, temperature, steps,
+                                    np.random.default_rng((seed, step_index, 0)), candidates, deadline)
         for conn in self.conns:
-            accepted += conn.recv()
-        return accepted
+            more, theirs = conn.recv()
+            accepted, ran = accepted + more, max(ran, theirs)
+        return accepted, ran
 
     def close(self):
         stop_workers(self.conns, self.procs)
@@ -239,7 +254,8 @@ def anneal(problem: Problem, starts: list[np.ndarray], *, replicas: int = 32, wo
     The temperature falls geometrically from ``t_start`` (default: from the spread of the
     energy changes of a probe batch) to ``t_start * t_ratio``; progress is the share of
     ``time_limit`` spent when one is given, else the share of ``temperatures`` done.
-    ``stop`` is checked before every temperature step with the best energy. Ctrl-C
+    ``stop`` is checked before every temperature step with the best energy; a
+    ``time_limit`` also ends the steps of a temperature when it runs out. Ctrl-C
     (KeyboardInterrupt) ends the run with the best layout so far (``stats.interrupted``).
     """
     started = time.perf_counter()
@@ -267,9 +283,10 @@ def anneal(problem: Problem, starts: list[np.ndarray], *, replicas: int = 32, wo
         pool = Pool(problem, state, workers)
         beta_old = 1.0 / t_start
         step = 0
+        deadline = None if time_limit is None else started + time_limit
         try:
             # checked before every step, so MaxIterations(N) runs N steps (the schedule's N)
-            while not stop(best_energy):
+            while not stop(best_energy) and (deadline is None or time.perf_counter() < deadline):
                 if time_limit is not None:
                     progress = (time.perf_counter() - started) / max(time_limit, 1e-9)
                 else:
@@ -287,9 +304,10 @@ def anneal(problem: Problem, starts: list[np.ndarray], *, replicas: int = 32, wo
                     index = np.minimum(np.searchsorted(np.cumsum(weight), points), replicas - 1)
                     state.permute(index)
                 beta_old = beta_new
-                stats.accepted += pool.run(temp, steps_per_temperature, seed, step, candidates)
-                stats.steps += steps_per_temperature
-                stats.proposals += steps_per_temperature * replicas * candidates
+                accepted, ran = pool.run(temp, steps_per_temperature, seed, step, candidates, deadline)
+                stats.accepted += accepted
+                stats.steps += ran
+                stats.proposals += ran * replicas * candidates
                 step += 1
                 k = int(np.argmin(state.energy))
                 if state.energy[k] < best_energy:

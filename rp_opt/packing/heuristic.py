@@ -153,8 +153,10 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     (``report_baseline``, default True) is only for the report: it runs after the plan,
     reuses the ffd seed, and its time is ``stats["report_seconds"]`` (not in ``seconds``).
 
-    Options: ``replicas`` (K, default 32), ``candidates`` (moves drawn per replica per
-    step, 4), ``steps_per_temperature`` (20), ``temperatures`` (fixed number of temperature
+    Options: ``replicas`` (K, default 32, at most 4096), ``candidates`` (moves drawn per
+    replica per step, 4, at most 1024; replicas x candidates at most 2^16),
+    ``steps_per_temperature`` (20; a time-limited anneal stops at its limit inside a
+    temperature too), ``temperatures`` (fixed number of temperature
     steps: deterministic schedule; the search then runs ``search_evaluations`` block pairs,
     default 200), ``anneal_share`` (share of the packing time for the first anneal; default
     0 without ``temperatures``: the search starts from the best seed; 0.3 with them; an

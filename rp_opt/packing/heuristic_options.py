@@ -34,9 +34,16 @@ def _auto_switch(field: str, value, *, text: bool = True) -> bool | None:
             from None
 
 
-def _count(none: str | None = None):
-    """An integer >= 1; with ``none``, also None, meaning ``none``."""
-    return partial(integer, low=1, none=none is not None, hint=none and f"None: {none}")
+def _count(none: str | None = None, high: int | None = None):
+    """An integer >= 1 (at most ``high``); with ``none``, also None, meaning ``none``."""
+    return partial(integer, low=1, high=high, none=none is not None, hint=none and f"None: {none}")
+
+
+# the anneal's sizes: the population (a layout per replica: 4096 x N = 16384 samples is
+# 256 MiB), moves drawn per step, and moves per step in all (each move's arrays hold its
+# rank loads: 2^16 moves x L = 48 x P = 8 is 200 MiB); far above the defaults (32, 4, 128),
+# and low enough that no value asks for more memory than a machine has
+MAX_REPLICAS, MAX_CANDIDATES, MAX_MOVES_PER_STEP = 4096, 1024, 2**16
 
 
 # name -> check. The heuristic's arguments and options, checked by :func:`check_option`
@@ -49,7 +56,7 @@ OPTION_RULES: dict = {
     "seed": partial(integer, low=0, high=MAX_SEED),
     "workers": _count("one per core"),
     "anneal_share": partial(number, low=0, high=1),
-    "candidates": _count(),
+    "candidates": _count(high=MAX_CANDIDATES),
     "cycles": switch,
     "no_improvement": _count("off"),
     "num_rows": _count("R*"),
@@ -58,7 +65,7 @@ OPTION_RULES: dict = {
     "refine_rounds": _count(),
     "refine_share": partial(number, low=0, high=1),
     "refine_sweeps": _count(),
-    "replicas": _count(),
+    "replicas": _count(high=MAX_REPLICAS),
     "report_baseline": switch,
     "reserve": partial(number, low=0, hint="seconds, below time_limit"),
     "search": switch,
@@ -113,4 +120,8 @@ def heuristic_inputs(time_limit, seed, workers, options: dict) -> tuple[float, i
     options = {name: check_option(name, value) for name, value in options.items()}
     require(options.get("reserve", 0.0) < time_limit, "reserve",
             f"must be a number of seconds >= 0 and below time_limit={time_limit}, got {options.get('reserve')!r}")
+    replicas, candidates = options.get("replicas", 32), options.get("candidates", 4)
+    require(replicas * candidates <= MAX_MOVES_PER_STEP, "candidates",
+            f"replicas x candidates must be at most {MAX_MOVES_PER_STEP} (the moves drawn per step), "
+            f"got {replicas} x {candidates}")
     return time_limit, check_option("seed", seed), check_option("workers", workers), options
