@@ -19,8 +19,8 @@ from rp_opt.result import EVERY_PLACEMENT, GIVEN_PLACEMENT
 from rp_opt.cost import rank_load, score
 from rp_opt.objectives import get_objective
 from rp_opt.packing.exact import solve_packing
-from rp_opt.packing.exact.common import (canonical_layout, packing_data, satisfies_chains, symmetry_chains,
-                                         symmetry_mode)
+from rp_opt.packing.exact.common import (canonical_layout, greedy_layout, packing_data, satisfies_chains,
+                                         symmetry_chains, symmetry_mode)
 from rp_opt.packing.exact.joint import canonical_placement
 from rp_opt.solution import Layout, Placement
 from rp_opt.solvers import get_solver
@@ -1213,3 +1213,22 @@ def test_ctrl_c_during_the_polish_keeps_its_layout(ctrl_c):
     assert res.stats["interrupted"] is True and res.status == "feasible"
     assert res.stats["model"] == "interrupted (Ctrl-C) before the model ran"
     assert res.score[0] <= res.stats["polish"]["start"] * (1 + 1e-9)
+
+
+def test_starts_from_the_certificates_witness_when_first_fit_needs_more_rows():
+    """Eight triplets that each fill a cell of C = 1000 exactly (24 samples, D = 2: R* = 4,
+    every cell one triplet). First fit decreasing puts the eight longest (412-491) two to a
+    cell and needs a fifth row, so the greedy start fails; the R* certificate's witness is
+    the start instead (it used to be "none", and a window too big for the model came back
+    without a plan: N = 4000 in 6 s)."""
+    lengths = np.array([463, 284, 253, 481, 260, 259, 488, 261, 251, 491, 251, 258,
+                        432, 291, 277, 412, 283, 305, 452, 288, 260, 446, 260, 294])
+    n = lengths.size
+    demand = np.zeros((n, 1, 4), dtype=np.int64)
+    demand[np.arange(n), 0, np.arange(n) % 4] = lengths
+    demand[np.arange(n), 0, (np.arange(n) + 1) % 4] = lengths
+    inst = Instance(Window(lengths, demand, 2), Cluster(2, 1, 2, 1000), CostModel((Stage("s", 1, 1.0, 0.01),), 1.0))
+    assert greedy_layout(packing_data(inst, None, 4)) is None
+    res = get_solver("exact")(inst, time_limit=10, heuristic_start=False)
+    assert res.stats["start"] == "witness" and res.plan.num_rows == 4 and check(inst, res.plan).valid
+    assert res.status == "optimal"

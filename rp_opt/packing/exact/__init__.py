@@ -151,12 +151,18 @@ def num_rows_or_status(instance: Instance, time_limit: float = 10.0) -> tuple[in
     there is no proven R*: ``infeasible`` when no R with R D <= N admits a layout,
     ``no_solution`` when the certifier did not prove R* within ``time_limit`` (a layout may
     well exist; the exact planners claim optimality for R = R* only)."""
+    return _certified_rows(instance, time_limit)[:3]
+
+
+def _certified_rows(instance: Instance, time_limit: float) -> tuple[int | None, str | None, str | None,
+                                                                     Layout | None]:
+    """:func:`num_rows_or_status` and the certificate's witness layout (None without R*)."""
     from ...rows import certify_rows
 
     cert = certify_rows(instance.window, instance.cluster, time_limit=time_limit)
     if cert.r_star is not None:
-        return int(cert.r_star), None, None
-    return (None, *cert.no_rows())
+        return int(cert.r_star), None, None, cert.witness
+    return (None, *cert.no_rows(), None)
 
 
 def _heuristic_layout(instance, placement, num_rows, obj, data, time_limit, seed,
@@ -252,7 +258,7 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
                   mip_start: bool = False, heuristic_start: bool = True,
                   relax_bound: bool = True, row_search: bool = True, pooled_bound: bool = True,
                   polish: bool = True, together: str = TOGETHER, cubes: bool = False,
-                  solver_name: str = "exact") -> Result:
+                  solver_name: str = "exact", witness: Layout | None = None) -> Result:
     """Optimal layout of ``instance`` for a fixed ``placement`` and ``num_rows`` rows.
 
     Parameters
@@ -266,6 +272,10 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         plan always comes back when one exists and is easy to find).
     start
         A layout to start from (any row/slot/shard order: it is canonicalised).
+    witness
+        Without ``start``: a layout of ``num_rows`` rows to start from when the greedy
+        layout finds none (the R* certificate's witness; first fit needs more than R* rows
+        on some windows), and the heuristic start's warm start then.
     backend
         ``cpsat`` or ``highs``.
     symmetry, tighten
@@ -356,10 +366,11 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         order = heaviest_first(instance)
     if order is not None and not np.array_equal(order, np.arange(order.size)):
         res = _solve_packing(renumbered(instance, order), placement, num_rows, obj, time_limit, seed,
-                             in_model_numbering(start, order), backend, subsolvers, solver_name, t0, build, **args)
+                             in_model_numbering(start, order), backend, subsolvers, solver_name, t0, build,
+                             in_model_numbering(witness, order), **args)
         return in_callers_numbering(res, order)
     res = _solve_packing(instance, placement, num_rows, obj, time_limit, seed, start, backend, subsolvers,
-                         solver_name, t0, build, **args)
+                         solver_name, t0, build, witness, **args)
     if order is not None:
         res.stats["sample_order"] = "heaviest first"
     return res
@@ -457,7 +468,7 @@ def _better_start(instance, placement, obj, mode, start, start_score, better, st
 
 
 def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj, time_limit, seed, start, backend,
-                   subsolvers, solver_name, t0, build, *, workers, symmetry, tighten, mip_start,
+                   subsolvers, solver_name, t0, build, witness, *, workers, symmetry, tighten, mip_start,
                    heuristic_start, relax_bound, row_search, pooled_bound, polish, together, cubes) -> Result:
     """:func:`solve_packing` on checked arguments, in the numbering of ``instance``
     (``build``: the model's build estimate, seconds)."""
@@ -482,11 +493,17 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
     if start is None:
         start = greedy_layout(data)
         stats["start"] = "greedy" if start is not None else "none"
+        warm = None
+        if start is None and witness is not None and layout_valid(data, witness):
+            # first fit needs more rows than R* here: the certificate's layout is the start,
+            # and the heuristic's (it builds no witness of its own for a given R)
+            start, stats["start"] = witness, "witness"
+            warm = Plan(placement, witness, obj.name, score(instance, placement, witness, obj), {})
         if heuristic_start:
             # without a model to solve, the heuristic gets the time
             seconds = 0.8 * (float(time_limit) - (time.perf_counter() - t0)) if skip else None
             better = _heuristic_layout(instance, placement, int(num_rows), obj, data, time_limit, seed, seconds,
-                                       stats=stats)
+                                       start=warm, stats=stats)
             if better is not None and (start is None or lex_better(score(instance, placement, better, obj),
                                                                  score(instance, placement, start, obj))):
                 start = better
@@ -796,14 +813,15 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
         placement = placement_for(placement, instance.cluster.ep, "placement", window.num_layers, window.num_experts)
     else:
         placement = warm_placement if warm_placement is not None else default_placement(instance)
+    witness = None
     if num_rows is None:
-        num_rows, status, reason = num_rows_or_status(instance, time_limit=certify_seconds(time_limit, 1.0))
+        num_rows, status, reason, witness = _certified_rows(instance, certify_seconds(time_limit, 1.0))
         if num_rows is None:
             return Result(status, None, (), None, time.perf_counter() - t0, "exact", {"reason": reason})
     start = warm_layout(instance, warm_start, num_rows)
     left = max(time_limit - (time.perf_counter() - t0), 1e-3)
     res = solve_packing(instance, placement, num_rows, objective=objective, time_limit=left, seed=seed,
-                        start=start, backend=backend, **options)
+                        start=start, backend=backend, witness=witness, **options)
     # seconds of the whole call, the R* certification and the LPT placement included
     return replace(res, seconds=time.perf_counter() - t0)
 
