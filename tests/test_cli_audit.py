@@ -264,6 +264,20 @@ def test_duplicate_or_missing_sample_is_named_not_read_as_another_window(files, 
     assert any(f"sample {sample}" in v for v in violations)
 
 
+def test_current_plan_with_an_empty_cell_is_refused(files, capsys, tmp_path):
+    """``place --current`` with a plan whose first cell's samples were moved into the
+    second (every sample once, but one cell empty): one line naming ``--current`` and the
+    violation, and no plan file (it wrote a plan that ``eval`` then called invalid)."""
+    data = _plan(files)
+    data["rows"][0][1] = data["rows"][0][1] + data["rows"][0][0]
+    data["rows"][0][0] = []
+    path = _write(tmp_path, "moved.json", data)
+    out = str(tmp_path / "new.json")
+    line = _error(capsys, ["place", files["w16"], "--method", "lpt", "--current", path, "-o", out])
+    assert line.startswith(f"error: --current: {path} holds no valid layout of this window: ") and "empty" in line
+    assert not os.path.exists(out)
+
+
 def test_plan_of_another_sample_count_is_still_said_to_be_so(files, capsys):
     """A plan holding exactly the samples 0..15 read against a 24-sample window is what the
     count says: ``plan is for N=16 samples, the window has 24``."""

@@ -56,7 +56,13 @@ def _read_current(path: str, instance) -> tuple[Placement, Layout | None]:
     layout = None
     if data.get("rows") is not None:  # optional, but when given it must be a layout (not ignored)
         layout = Layout.from_rows(data["rows"], instance.window.num_samples)
-        require(layout.num_slots == instance.cluster.dp, "rows", f"have {layout.num_slots} slots, the cluster has D={instance.cluster.dp}")
+        require(layout.num_slots == instance.cluster.dp, "rows",
+                f"have {layout.num_slots} slots, the cluster has D={instance.cluster.dp}")
+        # the rows objective scores this layout and -o writes it: it must be one (C, m, no empty cell)
+        from ..packing.seeds import layout_violation
+
+        why = layout_violation(instance, layout, layout.num_rows)
+        require(why is None, "--current", f"{path} holds no valid layout of this window: {why}")
     return placement, layout
 
 
