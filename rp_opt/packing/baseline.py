@@ -173,7 +173,7 @@ def pack(instance: Instance, rule: str = "ffd", num_rows: int | None = None) -> 
             break
         extra += 1
     if extra:
-        log.info("%s needed %d rows more than %s=%d", rule, extra, "R*" if num_rows is None else "the given R", rows)
+        log.info("%s needed %d rows more than R=%d", rule, extra, rows)
     return Layout.from_bins(bin_of, rows + extra, cluster.dp), {"rows": rows + extra, "extra_rows": extra}
 
 
