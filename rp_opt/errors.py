@@ -20,6 +20,7 @@ _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 _NONE = ("none", "null")
 _LONGEST_VALUE = 120  # characters of a value's repr shown in a message
 MAX_SEED = 2**31 - 1  # the largest seed: CP-SAT's random_seed is a 32-bit integer
+MAX_WORKERS = 256  # the most processes or solver threads one planner call starts
 
 
 class InputError(ValueError):

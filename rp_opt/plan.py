@@ -75,7 +75,7 @@ def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed:
     started = time.perf_counter()
     objective = get_objective(objective)
     # the options go to the heuristic: check them (and the limit, the seed) before anything runs
-    time_limit, seed, workers, options = heuristic_inputs(time_limit, seed, workers, options)
+    time_limit, seed, workers, options = heuristic_inputs(time_limit, seed, workers, options, "auto")
     heuristic = get_solver("heuristic")
     # R* >= the L1 row bound: when even that makes the exact model too large, the heuristic
     # runs once with the whole budget (no second run recomputing placement, R*, rank demand)

@@ -677,7 +677,7 @@ def check_options_of(solver: str, options: dict, time_limit: float, seed: int) -
         from .packing.heuristic_options import heuristic_inputs
 
         workers = rest.pop("workers", None)
-        heuristic_inputs(time_limit, seed, workers, rest)
+        heuristic_inputs(time_limit, seed, workers, rest, solver)
     elif solver == "exact":
         from .packing.exact import BACKENDS, check_options
 

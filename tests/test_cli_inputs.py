@@ -267,9 +267,27 @@ def test_largest_seed_reaches_the_32_bit_solvers(files, capsys, solver):
     ("seed=3", ["--option", "seed=3", "--seed"]),
     ("time_limit=2", ["--option", "--time-limit"]),
     ("objective=shard", ["--option", "--objective"]),
+    ("placement=lpt", ["--option", "placement", "--warm-start PLAN.json"]),
 ])
 def test_option_that_has_its_own_flag(files, capsys, option, needles):
-    _bad(capsys, ["plan", files["w16"], "--solver", "heuristic", "--time-limit", "1", "--option", option], *needles)
+    """A placement comes in a plan file (``--warm-start``): as an --option no value could be
+    one (every value was "placement: must be a Placement, got str")."""
+    for solver in ("heuristic", "exact"):
+        _bad(capsys, ["plan", files["w16"], "--solver", solver, "--time-limit", "1", "--option", option], *needles)
+
+
+@pytest.mark.parametrize("solver, option", [("exact", "workers=1000000000000"), ("joint", "workers=257"),
+                                            ("heuristic", "workers=1000"), ("auto", "search_workers=300")])
+def test_thread_and_process_counts_are_bounded(files, capsys, solver, option):
+    """At most 256 threads or processes (CP-SAT's error for 10^12 workers was four lines
+    with an object address)."""
+    name, value = option.split("=")
+    _bad(capsys, ["plan", files["w16"], "--solver", solver, "--time-limit", "1", "--option", option],
+         f"{name}: must be an integer in [1, 256]", value)
+
+
+def test_unknown_option_of_auto_names_auto(files, capsys):
+    _bad(capsys, ["plan", files["w16"], "--solver", "auto", "--option", "zz=1"], "for solver auto")
 
 
 @pytest.mark.parametrize("limit, shown", [("0.001", "limit 0.001 s"), ("1e300", "limit 1e+300 s"), ("10", "limit 10 s")])

@@ -223,7 +223,7 @@ def test_kept_plan_after_exact_gets_the_placement_free_bound():
 
 # ----------------------------------------------------------------- 4. solver_options at construction
 @pytest.mark.parametrize("mode, options, message", [
-    ("auto", {"bogus": 3}, r"^solver_options: unknown option\(s\) \['bogus'\] for solver heuristic; known: "),
+    ("auto", {"bogus": 3}, r"^solver_options: unknown option\(s\) \['bogus'\] for solver auto; known: "),
     ("heuristic", {"temperatures": 0}, r"^solver_options\.temperatures: must be an integer >= 1"),
     ("exact", {"bogus": 3}, r"^solver_options: unknown option\(s\) \['bogus'\] for solver exact; known: "),
     ("exact", {"symmetry": "nope"}, r"^solver_options\.symmetry: "),

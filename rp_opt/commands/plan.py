@@ -34,7 +34,8 @@ def register(sub) -> None:
 
 # solver arguments that have their own flag; as an --option they would be given twice
 FLAG_OPTIONS = {"seed": "--seed", "time_limit": "--time-limit", "objective": "--objective",
-                "warm_start": "--warm-start", "instance": "FILE"}
+                "warm_start": "--warm-start", "instance": "FILE",
+                "placement": "--warm-start PLAN.json (the plan's placement is planned with)"}
 
 
 def parse_options(items: list[str]) -> dict:

@@ -267,7 +267,7 @@ class _Run:
         expert load (one pass over the demand, for the placement and the bounds)."""
         window, cluster, stats = self.window, self.cluster, self.stats
         if warm_start is not None:
-            require(isinstance(warm_start, Plan), "warm_start", "must be a Plan")
+            require(isinstance(warm_start, Plan), "warm_start", f"must be a Plan, got {type(warm_start).__name__}")
             require(warm_start.layout.cell_of.size == window.num_samples, "warm_start",
                     f"places {warm_start.layout.cell_of.size} samples, the window has N={window.num_samples}")
             if placement is None:

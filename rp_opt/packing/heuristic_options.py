@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from ..errors import MAX_SEED, InputError, integer, is_none, number, require, switch
+from ..errors import MAX_SEED, MAX_WORKERS, InputError, integer, is_none, number, require, switch
 
 _SEED_RULES = ("witness", "ffd", "kk", "blocks", "greedy", "anchors")
 
@@ -54,7 +54,7 @@ MAX_REPLICAS, MAX_CANDIDATES, MAX_MOVES_PER_STEP = 4096, 1024, 2**16
 OPTION_RULES: dict = {
     "time_limit": partial(number, above=0, hint="seconds"),
     "seed": partial(integer, low=0, high=MAX_SEED),
-    "workers": _count("one per core"),
+    "workers": _count("one per core", high=MAX_WORKERS),
     "anneal_share": partial(number, low=0, high=1),
     "candidates": _count(high=MAX_CANDIDATES),
     "cycles": switch,
@@ -72,7 +72,7 @@ OPTION_RULES: dict = {
     "search_cap": _count("whole blocks"),
     "search_evaluations": _count("until the deadline"),
     "search_screen": _count("every swap"),
-    "search_workers": _count("by the load"),
+    "search_workers": _count("by the load", high=MAX_WORKERS),
     "seeds": _seed_rules,
     "steps_per_temperature": _count(),
     "surrogate": partial(number, low=0),
@@ -100,9 +100,11 @@ def check_option(name: str, value):
 
 
 
-def heuristic_inputs(time_limit, seed, workers, options: dict) -> tuple[float, int, int | None, dict]:
+def heuristic_inputs(time_limit, seed, workers, options: dict, solver: str = "heuristic") -> tuple[
+        float, int, int | None, dict]:
     """The heuristic's ``time_limit`` (None: 5 s), ``seed``, ``workers`` and ``options``,
-    checked (:func:`check_option`) and converted, before anything runs.
+    checked (:func:`check_option`) and converted, before anything runs; ``solver`` is the
+    name an unknown option's message gives (``auto`` passes its options to the heuristic).
 
     Returns
     -------
@@ -114,7 +116,7 @@ def heuristic_inputs(time_limit, seed, workers, options: dict) -> tuple[float, i
         An unknown option, or the first invalid value (one line naming it).
     """
     unknown = sorted(set(options) - HEURISTIC_OPTIONS)
-    require(not unknown, "options", f"unknown option(s) {unknown} for solver heuristic; known: "
+    require(not unknown, "options", f"unknown option(s) {unknown} for solver {solver}; known: "
             f"{', '.join(sorted(HEURISTIC_OPTIONS))}")
     time_limit = check_option("time_limit", 5.0 if time_limit is None else time_limit)
     options = {name: check_option(name, value) for name, value in options.items()}

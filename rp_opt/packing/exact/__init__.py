@@ -58,7 +58,7 @@ import numpy as np
 from ..._highs import import_pyomo
 from ...bounds import cost_bounds
 from ...cost import rank_load, score
-from ...errors import MAX_SEED, integer, number, require, switch
+from ...errors import MAX_SEED, MAX_WORKERS, integer, number, require, switch
 from ...objectives import get_objective
 from ...result import FEASIBLE, GIVEN_PLACEMENT, INFEASIBLE, NO_SOLUTION, OPTIMAL, Plan, Result
 from ...rows import certify_seconds, row_count_reason
@@ -204,13 +204,15 @@ _SWITCHES = ("symmetry", "tighten", "mip_start", "heuristic_start", "relax_bound
 def check_args(**args) -> dict:
     """The arguments of the exact solvers, checked and converted by the same rules as the
     heuristic's options (values of ``--option KEY=VALUE`` may arrive as text): ``workers``
-    and ``num_rows`` None or an integer >= 1, ``seed`` an integer in [0, 2^31 - 1] (CP-SAT's
+    None or an integer in [1, 256] (CP-SAT threads), ``num_rows`` None or an integer >= 1, ``seed`` an integer in [0, 2^31 - 1] (CP-SAT's
     random_seed), the switches (symmetry, tighten, ...) true or false (true/false/yes/no/1/0;
     'nope' is an error); any other argument comes back as it is. A bad one is a one-line
     :class:`InputError`."""
     out = dict(args)
     for name, value in args.items():
-        if name in ("workers", "num_rows"):
+        if name == "workers":
+            out[name] = integer(name, value, 1, MAX_WORKERS, none=True, text=True)
+        elif name == "num_rows":
             out[name] = integer(name, value, 1, none=True, text=True)
         elif name == "seed":
             out[name] = integer(name, value, 0, MAX_SEED, text=True)
