@@ -26,7 +26,11 @@ def test_gen_plan_eval_round_trip(tmp_path, capsys):
     assert main(["eval", window, plan, "--json"]) == 0
     ev = _json(capsys)
     assert ev["valid"] is True and ev["violations"] == []
-    assert ev["score"] == out["score"]
+    assert ev["score"] == out["score"] and ev["score_matches"] is True and ev["claimed_objective"] == "shard"
+    # scored under another objective, the plan's claim is not comparable: null (it said true)
+    assert main(["eval", window, plan, "--objective", "sync", "--json"]) == 0
+    ev = _json(capsys)
+    assert ev["objective"] == "sync" and ev["score_matches"] is None and ev["claimed_score"] == out["score"]
 
 
 def test_eval_bound_for_every_placement(tmp_path, capsys):

@@ -34,8 +34,10 @@ def run(args) -> int:
     out["num_rows"] = len(data["rows"]) if isinstance(data["rows"], list) else None
     if report.score is not None and claimed:
         out["claimed_score"] = claimed
-        out["score_matches"] = bool(objective.name != data.get("objective") or all(
-            abs(a - b) <= 1e-6 * max(1.0, abs(b)) for a, b in zip(report.score, claimed)))
+        out["claimed_objective"] = data.get("objective")
+        # a score under another objective is not comparable: null, neither a match nor not
+        out["score_matches"] = None if objective.name != data.get("objective") else all(
+            abs(a - b) <= 1e-6 * max(1.0, abs(b)) for a, b in zip(report.score, claimed))
     if args.bound and report.score is not None:
         out.update(window_bound(instance, out["num_rows"], objective, report.score[0]))
     if args.json:
