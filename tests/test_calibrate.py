@@ -83,6 +83,20 @@ def test_file_round_trip_and_cli(measured, tmp_path, capsys):
     assert planner.cost_model(4) == cost
 
 
+def test_times_that_fit_a_cost_model_out_of_range_write_nothing(measured, tmp_path, capsys):
+    """Times of 1e300 s fit coefficients near 1e294, a cost model that plan, show and eval
+    refuse (modelled cost above 1e100): calibrate refuses it too, in one line naming the
+    timings, and writes no file (it wrote one and exited 0)."""
+    instance, true, plans = measured
+    save_instance(tmp_path / "w.npz", instance)
+    save_timings(tmp_path / "t.json", [(p, 1e300 + predicted_times(instance, p, true)) for p in plans])
+    code = main(["calibrate", str(tmp_path / "t.json"), "--window", str(tmp_path / "w.npz"),
+                 "-o", str(tmp_path / "cost.json")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: timings: ") and "above 1e+100" in err[0]
+    assert not (tmp_path / "cost.json").exists()
+
+
 def test_bad_timings(measured, tmp_path):
     instance, true, plans = measured
     with pytest.raises(InputError, match=r"^times: has shape"):

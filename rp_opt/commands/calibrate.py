@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
-from ._common import add_json, check_output, emit_json, open_instance, table, write_reported
+from ._common import add_json, check_cost_range, check_output, emit_json, open_instance, table, write_reported
 
 
 def register(sub) -> None:
@@ -31,6 +32,10 @@ def run(args) -> int:
         raise InputError("--window", exc.message) if exc.field == "file" else exc from None
     runs = load_timings(args.timings, window)
     fit = fit_cost(runs, window.cost if window is not None else None)
+    for run_ in runs:
+        # a cost model that every other command would refuse for these windows (times of
+        # 1e300 s fit coefficients of 1e294) is not written
+        check_cost_range(dataclasses.replace(run_.instance, cost=fit.cost), "timings")
     out = fit.to_dict()
     out["runs"] = len(runs)
     if fit.r2 < 0:
