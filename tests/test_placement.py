@@ -279,6 +279,27 @@ def test_exact_rows_equals_brute_force(num_experts, num_ranks, backend):
     assert get_placement_objective("rows").lower_bound(LayerProblem(cell.sum(axis=0), num_ranks, cell_load=cell)) <= opt
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_model_that_would_not_build_in_time_is_not_built(backend):
+    """``build_limit``: the rows model of 4 groups x 8 experts x 2 ranks (about 64 terms)
+    is not built in 1 ns; the warm start comes back with the analytic bound (the rows model
+    of a 1000-sample window took 0.4 s per layer to build, beyond any time limit). With
+    room to build, the same layer is solved to the brute-force optimum."""
+    rng = np.random.default_rng(7)
+    cell = rng.integers(1, 30, size=(4, 8))
+    problem = LayerProblem(cell.sum(axis=0), 2, cell_load=cell)
+    objective = get_placement_objective("rows")
+    warm = lpt_ranks(cell.sum(axis=0)[None, :], 2)[0]
+    res = solve_layer(problem, "rows", backend=backend, warm_start=warm, build_limit=1e-9, mip_gap=0.0)
+    assert res.stats["solved_by"] == "start" and res.stats["model"].startswith("not built: about ")
+    assert res.value == objective.evaluate(problem, canonical_ranks(warm, np.argsort(-problem.load, kind="stable")))
+    assert res.bound == objective.lower_bound(problem) <= res.value
+    solved = solve_layer(problem, "rows", backend=backend, warm_start=warm, build_limit=10.0, mip_gap=0.0,
+                         prove_with_bound=False)
+    opt = all_rank_totals(cell, assignments(8, 2), 2).max(axis=2).sum(axis=0).min()
+    assert solved.stats["solved_by"] == backend and solved.value == opt == solved.bound <= res.value
+
+
 def test_canonical_ranks_keeps_partition_and_breaks_symmetry():
     """The canonical relabelling puts order[j] on a rank <= j and keeps the same groups."""
     ranks = np.array([2, 0, 1, 2, 0, 1])
