@@ -220,3 +220,15 @@ def test_json_stdout_is_clean_when_highs_runs():
     # the stats say how: the arc-flow LP bound 22 and HiGHS' "infeasible in 22 bins"
     assert data["stats"]["arcflow_lp"]["bound"] == 22
     assert any(m["target"] == 22 and m["status"] == "Infeasible" for m in data["stats"]["arcflow_mip"])
+
+
+def test_place_progress_is_logged_off_a_terminal(caplog, capsys):
+    """Off a terminal (or with --json) the per-layer progress of ``place --method exact`` is
+    a ``rp_opt.progress`` INFO line per layer, shown by ``rp-opt -v`` (it printed nothing)."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="rp_opt.progress"):
+        assert main(["place", "--method", "exact", "--time-limit", "5", "--json"]) == 0
+    layers = json.loads(capsys.readouterr().out)["placement"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "rp_opt.progress"]
+    assert len(lines) == len(layers) and lines[0].startswith(f"place 1/{len(layers)} ")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import math
 import os
 import sys
@@ -274,7 +275,8 @@ def _fmt(value) -> str:
 
 
 class Progress:
-    """A one-line progress indicator on stderr (only on a terminal, or when forced)."""
+    """A one-line progress indicator on stderr (only on a terminal, or when forced);
+    otherwise each step is an INFO line of the ``rp_opt.progress`` logger (``rp-opt -v``)."""
 
     def __init__(self, total: int, label: str, enabled: bool | None = None):
         self.total, self.label, self.done = total, label, 0
@@ -283,7 +285,10 @@ class Progress:
 
     def step(self, note: str = "") -> None:
         self.done += 1
-        if self.enabled:
+        if not self.enabled:
+            logging.getLogger("rp_opt.progress").info("%s %d/%d %.1f s %s", self.label, self.done, self.total,
+                                                      time.perf_counter() - self.start, note)
+        else:
             elapsed = time.perf_counter() - self.start
             sys.stderr.write(f"\r{self.label} {self.done}/{self.total} {elapsed:6.1f}s {note[:40]:<40}")
             sys.stderr.flush()
