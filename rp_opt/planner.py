@@ -667,8 +667,9 @@ def check_options_of(solver: str, options: dict, time_limit: float, seed: int) -
 
     ``heuristic`` and ``auto`` (whose options go to the heuristic) use the heuristic's own
     check, :func:`rp_opt.packing.heuristic_options.heuristic_inputs`; ``exact``
-    :func:`rp_opt.packing.exact.check_options`; the baselines take ``num_rows`` only (what they
-    check when they run). ``placement`` (which the Planner sets otherwise) is left to the
+    :func:`rp_opt.packing.exact.check_options`; ``joint``
+    :func:`rp_opt.packing.exact.joint.check_joint_options`; the baselines take ``num_rows``
+    only (what they check when they run). ``placement`` (which the Planner sets otherwise) is left to the
     solver. Other registered solvers are not checked here: they check their options when
     they run.
     """
@@ -686,6 +687,10 @@ def check_options_of(solver: str, options: dict, time_limit: float, seed: int) -
         require(backend in BACKENDS, "backend", f"must be one of {BACKENDS}, got {backend!r}")
         integer("num_rows", rest.pop("num_rows", None), 1, text=True, none=True, hint="None: R*")
         check_options(rest)
+    elif solver == "joint":
+        from .packing.exact.joint import check_joint_options
+
+        check_joint_options(options)
     elif solver in _BASELINES:
         unknown = sorted(set(options) - {"num_rows"})
         require(not unknown, "options", f"unknown option(s) {unknown} for solver {solver}; known: num_rows")

@@ -590,3 +590,12 @@ def test_plan_help_states_defaults(capsys):
         main(["plan", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "baseline (identity+ffd; the default)" in text and "default 10" in text
+
+
+def test_joint_options_are_checked_before_the_window_is_read(files, capsys, tmp_path):
+    """``joint``'s options (num_rows, symmetry, workers) are checked as exact's are: a bad
+    one is its one line before the window is read (a missing window is not reported)."""
+    missing = str(tmp_path / "nowhere.npz")
+    _bad(capsys, ["plan", missing, "--solver", "joint", "--option", "zz=1"],
+         "options: unknown option(s) ['zz'] for solver joint; known: num_rows, symmetry, workers")
+    _bad(capsys, ["plan", missing, "--solver", "joint", "--option", "symmetry=maybe"], "symmetry: must be true or false")

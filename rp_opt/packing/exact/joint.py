@@ -55,10 +55,9 @@ def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.
                    warm_layout)
 
     t0 = time.perf_counter()
-    require(not options, "options", f"unknown option(s) {sorted(options)} for solver joint; known: "
-            "num_rows, symmetry, workers")
-    num_rows, symmetry, workers, seed = check_args(num_rows=num_rows, symmetry=symmetry, workers=workers,
-                                                   seed=seed).values()
+    num_rows, symmetry, workers = check_joint_options(dict(options, num_rows=num_rows, symmetry=symmetry,
+                                                           workers=workers)).values()
+    seed = check_args(seed=seed)["seed"]
     time_limit = number("time_limit", time_limit, above=0, hint="seconds")
     obj = get_objective(objective)
     if warm_start is not None:
@@ -77,6 +76,22 @@ def solve_joint(instance: Instance, *, objective="sync", time_limit: float = 60.
     res = _solve_joint(renumbered(instance, order), obj, time_limit, seed, warm_start, int(num_rows), symmetry,
                        workers, t0)
     return in_callers_numbering(res, order)
+
+
+JOINT_OPTIONS = ("num_rows", "symmetry", "workers")
+
+
+def check_joint_options(options: dict) -> dict:
+    """``options`` of the ``joint`` solver (:data:`JOINT_OPTIONS`), checked and converted by
+    :func:`.check_args`, in that order; an unknown name is a one-line InputError on
+    ``options``. Also what ``rp-opt plan`` and the Planner check before a window is read."""
+    from . import check_args
+
+    unknown = sorted(set(options) - set(JOINT_OPTIONS))
+    require(not unknown, "options",
+            f"unknown option(s) {unknown} for solver joint; known: {', '.join(JOINT_OPTIONS)}")
+    return check_args(**{name: options.get(name, default)
+                         for name, default in zip(JOINT_OPTIONS, (None, True, None))})
 
 
 def _too_big(instance: Instance, num_rows: int, left: float) -> str | None:
