@@ -85,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except _ArgumentParserExit as exc:
+        if exc.prog == parser.prog and exc.message.startswith("unrecognized arguments"):
+            # the top parser reports a command's unknown flag: point at the command's help
+            try:
+                exc = _ArgumentParserExit(f"{parser.prog} {parser.parse_known_args(argv)[0].command}", exc.message)
+            except _ArgumentParserExit:
+                pass
         # argparse takes any unambiguous prefix of --json (--js) as --json
         return _report(_argument_error(exc), any(len(a) >= 3 and "--json".startswith(a) for a in argv))
     args.verbose += getattr(args, "verbose_after", 0)

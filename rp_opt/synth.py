@@ -227,7 +227,9 @@ def check_generate_args(spec, *, samples, capacity, layers, experts, top_k, seed
         out[field] = number(field, value, 0)
     out["median_response"] = number("median_response", median_response, above=0, none=True)
     need = generation_bytes(out["samples"], out["layers"], num_experts, out["capacity"], out["group_size"])
-    require(need <= MAX_GENERATE_BYTES, "samples",
+    # named: the one of N, L, E furthest above a large window's (16384 samples, 96 layers, 512 experts)
+    largest = max((out["samples"] / 16384, "samples"), (out["layers"] / 96, "layers"), (num_experts / 512, "experts"))
+    require(need <= MAX_GENERATE_BYTES, largest[1],
             f"N={out['samples']} with L={out['layers']}, E={num_experts} needs about {need / 2**30:.1f} GiB "
             f"(demand N x L x E plus routing probabilities), more than the {MAX_GENERATE_BYTES / 2**30:g} GiB limit")
     return out

@@ -132,6 +132,14 @@ def test_export_output_naming_a_directory_is_refused(files, capsys, tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == ["step3.json", "step3.npz"]
 
 
+@pytest.mark.parametrize("given", ["step4.json", "step4.npz"])
+def test_export_output_with_an_extension_is_the_prefix(files, capsys, tmp_path, given):
+    """``-o step4.json`` (or .npz) writes step4.json and step4.npz, not step4.json.json."""
+    assert main(["export", files["w16"], files["plan"], "-o", str(tmp_path / given), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["json"] == str(tmp_path / "step4.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step4.json", "step4.npz"]
+
+
 def test_export_help_says_what_o_takes(capsys):
     with pytest.raises(SystemExit):
         main(["export", "--help"])

@@ -103,6 +103,8 @@ BAD_GENERATE = [
     (dict(capacity=16), "capacity: must be an integer >= 32 (tokens), got 16"),
     (dict(median_response=0.0), "median_response: must be a finite number > 0 or None, got 0.0"),
     (dict(samples=100_000_000), "samples: N=100000000 with L=2, E=256 needs about"),
+    (dict(layers=2**31 - 1), "layers: N=16 with L=2147483647, E=256 needs about"),
+    (dict(experts=10**8), "experts: N=16 with L=2, E=100000000 needs about"),
 ]
 
 

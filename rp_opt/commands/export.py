@@ -20,8 +20,8 @@ def register(sub) -> None:
     p.add_argument("file", help="instance .npz the plan is for")
     p.add_argument("plan", help="plan .json")
     p.add_argument("-o", "--output", required=True, metavar="OUT_PREFIX",
-                   help="writes OUT_PREFIX.json and OUT_PREFIX.npz: a path without extension whose directory "
-                        "exists (-o runs/step3 writes runs/step3.json and runs/step3.npz); an existing "
+                   help="writes OUT_PREFIX.json and OUT_PREFIX.npz: a path whose directory exists (-o "
+                        "runs/step3, or runs/step3.json or .npz, writes runs/step3.json and runs/step3.npz); an existing "
                         "directory is refused, not written into or beside")
     p.add_argument("--previous", metavar="EXPORT.npz",
                    help="export of the placement in force: the plan's ranks are relabelled per layer (same "
@@ -48,6 +48,9 @@ def _read_previous(path: str) -> dict:
 def run(args) -> int:
     from ..export import checked_phy2log, export_plan, relabel_to_previous
 
+    if args.output.endswith((".json", ".npz")):
+        # -o step3.json means the prefix step3 (it wrote step3.json.json and step3.json.npz)
+        args.output = os.path.splitext(args.output)[0]
     name = os.path.basename(args.output)
     require(name not in ("", ".", ".."), "-o", f"must end in a file name (the prefix of .json and .npz), "
                                                f"got {args.output!r}")
