@@ -115,6 +115,7 @@ def test_infeasible_window_exit_1_for_every_solver(tmp_path, capsys, solver):
     out = _json(capsys)
     assert out["status"] == "infeasible" and out["num_rows"] is None and out["output"] is None
     assert "8 samples for 16 cells" in out["stats"]["reason"]
+    assert out["objective"] == "sync"  # the objective asked for (it was null without a plan)
     assert not (tmp_path / "p.json").exists()
     assert main(["plan", window, "--solver", solver, "--time-limit", "1"]) == 1
     captured = capsys.readouterr()

@@ -95,6 +95,8 @@ def run(args) -> int:
         given = ", ".join(args.option)
         raise InputError("--option", f"{given}: {type(exc).__name__}: {exc}") from None
     out = result.to_dict()
+    if out["objective"] is None:  # no plan (infeasible, no_solution): the objective asked for
+        out["objective"] = get_objective(args.objective).name
     out["file"] = path
     if result.plan is not None:
         report = check(instance, result.plan)
