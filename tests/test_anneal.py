@@ -54,3 +54,26 @@ def test_time_limited_anneal_stops_inside_a_temperature():
         assert stats.temperatures == 1 and 0 < stats.steps < 10**7 and stats.seconds < 3.0
         assert stats.proposals == stats.steps * 4 * 4
         assert layout_violation(inst, Layout(best, rows, inst.cluster.dp), rows) is None
+
+
+def test_loads_up_to_int32_are_taken_and_beyond_are_one_line():
+    """The heuristic's loads are 32-bit. A window whose rank totals stay below 2^31 plans
+    (one sample of 2^30 tokens beside short ones: it was refused because max x N passed
+    2^31); one whose total passes it is one line naming ``demand``."""
+    from rp_opt import Cluster, CostModel, Instance, Stage, Window
+    from rp_opt.errors import InputError
+    from rp_opt.solvers import get_solver
+
+    def window(long):
+        lengths = np.array([long, 5, 7, 3])
+        demand = np.zeros((4, 1, 2), dtype=np.int64)
+        demand[:, 0, 0] = lengths
+        return Instance(Window(lengths, demand, top_k=1), Cluster(2, 1, 1, 2**31 - 1),
+                        CostModel((Stage("a", 1, 1.0, 0.0),), gamma=1.0))
+
+    inst = window(2**30)
+    res = get_solver("heuristic")(inst, time_limit=1, workers=1)
+    assert res.plan is not None and check_plan(inst, res.plan.placement.to_list(), res.plan.layout.to_rows(),
+                                               "sync").valid
+    with pytest.raises(InputError, match=r"^demand: a rank's load reaches 2147483662 tokens"):
+        get_solver("heuristic")(window(2**31 - 1), time_limit=1, workers=1)

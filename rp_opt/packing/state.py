@@ -121,7 +121,10 @@ def make_problem(instance: Instance, demand_by_rank: np.ndarray, num_rows: int, 
     for k, level in enumerate(objective.levels):
         for coef, agg in level:
             aggregates.append(Term(agg.attention, agg.expert, agg.inner, _AXIS[agg.over], agg.outer, coef * eps ** k))
-    require(int(demand_by_rank.max(initial=0)) * n < 2 ** 31, "demand", "rank loads overflow int32")
+    # no block's rank load exceeds the window's total on that rank: all of them fit int32
+    most = int(demand_by_rank.sum(axis=0, dtype=np.int64).max(initial=0))
+    require(most < 2 ** 31, "demand", f"a rank's load reaches {most} tokens, beyond the heuristic's 32-bit "
+                                      "loads (2^31 - 1); the exact solver and the baselines take it")
     if flat is None:
         # rank-major [N, P, L]: the max over p is then an elementwise max of P contiguous rows
         flat = np.ascontiguousarray(demand_by_rank.transpose(0, 2, 1).reshape(n, -1), dtype=np.int32)
