@@ -494,6 +494,23 @@ def _distinct_cells(attention: np.ndarray, lengths: np.ndarray, capacity: int, f
     return owed
 
 
+def row_maxima_attention(attention: np.ndarray, num_rows: int, num_slots: int) -> float:
+    """A lower bound on sum_r max_{slots d} (attention of cell (r,d)) over every layout of
+    ``num_rows`` rows of ``num_slots`` non-empty cells: a_max + sum_{k=1}^{R-1} b_{kD}, b the
+    sample attentions ascending (1-based).
+
+    Why: a cell's attention is at least that of each sample in it, so a row's maximum is at
+    least its longest sample's. The row holding the longest sample gives a_max; every other
+    row holds at least D samples, so the k-th least of their maxima is at least b_{kD}. With
+    N = R D (one sample per cell) it is the sum over the sorted groups of D, the least sum
+    of row maxima (an optimum when only attention counts)."""
+    b = np.sort(np.asarray(attention, dtype=np.float64))
+    if num_rows < 1 or b.size < num_rows * num_slots:
+        return 0.0
+    others = b[np.arange(1, num_rows) * num_slots - 1]
+    return float(b[-1] + others.sum())
+
+
 def _per_row(agg: Aggregate, num_shards: int) -> bool:
     """An aggregate equal to a multiple of sum_r max_g J: sum_r max_g, and with G = 1 every
     sum over rows (attention and expert weighed alike)."""
@@ -534,6 +551,10 @@ class CostBounds:
         The charge and the expert excess where they cannot overlap, a third term of that
         max: for a fixed placement :func:`row_excess_bound`, for every placement
         :func:`every_placement_row_excess`. 0 where not computed.
+    row_attention
+        sum_r max_g A[r,g] >= :func:`row_maxima_attention` (each row's maximum is at least
+        its longest sample's attention); with one sample per cell (N = R D) it is the
+        least such sum. 0 where not computed.
     """
 
     attention_total: float
@@ -546,6 +567,7 @@ class CostBounds:
     token_expert: float = 0.0
     row_charge: float = 0.0
     row_excess: float = 0.0
+    row_attention: float = 0.0
 
     def _means(self, agg: Aggregate) -> int:
         """n such that ``agg`` >= (its matrix's total) / n: a max over n entries is at least
@@ -561,9 +583,22 @@ class CostBounds:
         """Lower bound of one aggregate."""
         total = agg.attention * self.attention_total + agg.expert * self.expert_total
         if agg.inner == "sum" and agg.outer == "sum":
-            return max(total, self._rows(agg))  # with G = 1 the sum of J is sum_r max_g J
+            # with G = 1 the sum of J is sum_r max_g J
+            return max(total, self._rows(agg), self._row_maxima(agg))
         single = float(np.max(agg.attention * self.sample_attention + agg.expert * self.sample_expert))
-        return max(total / self._means(agg), single, self._rows(agg))
+        return max(total / self._means(agg), single, self._rows(agg), self._row_maxima(agg))
+
+    def _row_maxima(self, agg: Aggregate) -> float:
+        """``row_attention`` for the aggregates it bounds: the sum of every J (sum_{r,g} A >=
+        sum_r max_g A), with G = 1 any sum over rows (sum_r J = sum_r A + sum_r X: Eq. 4 adds
+        the expert bound), and sum_r max_g J for any G."""
+        total = agg.inner == "sum" and agg.outer == "sum"
+        rows_summed = (agg.over == "rows" and agg.inner == "sum") or (agg.over == "shards" and agg.outer == "sum")
+        if total or (self.num_shards == 1 and rows_summed):
+            return agg.attention * self.row_attention + agg.expert * self.expert_total
+        # max_g (a A + b X) >= a A[r,g] at the shard of the row's longest sample (X >= 0)
+        row_maxima = agg.inner == "max" and agg.over == "shards" and agg.outer == "sum"
+        return agg.attention * self.row_attention if row_maxima else 0.0
 
     def uses_row_maxima(self, objective) -> bool:
         """Whether the primary of ``objective`` takes the full-row bound (``row_charge``,
@@ -657,7 +692,8 @@ def cost_bounds(instance: Instance, num_rows: int, placement: Placement | None =
     excess = 0.0 if placement is None else placement_row_excess(instance, num_rows, demand, attention, rank_loads)
     return CostBounds(attention_total, expert_total, attention, np.asarray(sample_expert, dtype=np.float64),
                       int(num_rows), cluster.edp, float(attention.sum()) / per_shard,
-                      cost.gamma / cluster.ep * float(routed.sum()), charge, excess)
+                      cost.gamma / cluster.ep * float(routed.sum()), charge, excess,
+                      row_maxima_attention(attention, num_rows, cluster.dp))
 
 
 def placement_row_excess(instance: Instance, num_rows: int, demand_by_rank: np.ndarray,

@@ -8,6 +8,7 @@ from rp_opt import InputError, Layout, Placement, cost_bounds, layout_costs, sco
 from rp_opt.cost import rank_demand
 from rp_opt.packing.baseline import pack
 from rp_opt.bounds import strong_bounds
+from rp_opt.objectives import get_objective
 
 from conftest import random_instance
 
@@ -196,7 +197,8 @@ def test_full_row_charge_hand_example():
     tokens (27 each). Some row holds one full-length sample beside a cell without one,
     which holds at most all 30 short tokens (81): that row's maximum exceeds its mean by
     (450 - 81) / 2. Bound (1431 + 369) / 2 = 900; the averages alone give 1431 / 2; the
-    best layout ({F, F}, {F, s}, {s, s}) scores 450 + 450 + 27 = 927."""
+    best layout ({F, F}, {F, s}, {s, s}) scores 450 + 450 + 27 = 927. With one sample per
+    cell (N = R D) the row maxima bound (the sorted pairs: 450 + 450 + 27) meets it."""
     from rp_opt.bounds import full_row_charge
 
     inst = _instance([100, 100, 100, 10, 10, 10], dp=2, edp=2, gamma=0.0)
@@ -204,8 +206,9 @@ def test_full_row_charge_hand_example():
     routed = inst.window.demand.sum(axis=(1, 2))
     assert full_row_charge(att, inst.window.lengths, routed, 100, 1, 2, 0.0) == pytest.approx(369.0)
     bounds = cost_bounds(inst, 3)
-    assert bounds.row_charge == pytest.approx(369.0)
-    assert bounds.objective("sync")[0] == pytest.approx(900.0)
+    assert bounds.row_charge == pytest.approx(369.0) and bounds.row_attention == pytest.approx(927.0)
+    assert bounds._rows(get_objective("sync").levels[0][0][1]) == pytest.approx(900.0)
+    assert bounds.objective("sync")[0] == pytest.approx(927.0)
     assert bounds.objective("shard")[0] == pytest.approx(1431 / 2)   # no row maxima in shard's primary
     assert _sync_optimum(inst, 3) == pytest.approx(927.0)
 
@@ -329,3 +332,37 @@ def test_cost_bounds_needs_a_row_count(bad, hand):
         cost_bounds(hand, bad)
     assert str(info.value) == f"num_rows: must be an integer >= 1, got {bad!r}"
     assert cost_bounds(hand, 2.0).objective("sync") == cost_bounds(hand, 2).objective("sync")
+
+
+def test_row_maxima_attention_hand_example():
+    """Attentions [9, 1, 5, 3, 7, 2], R = 2 rows of D = 2: the longest (9) is in some row,
+    the other row holds at least 2 samples, the least of its maxima is b_2 = 2: 9 + 2 = 11
+    (rows {9, 7, 5, 3}, {1, 2}). With N = R D = 6 on D = 3 rows, the sorted triples:
+    9 + 3 = 12 ({9, 7, 5}, {3, 2, 1}). Too few samples for the cells: no bound (0)."""
+    from rp_opt.bounds import row_maxima_attention
+
+    att = np.array([9.0, 1, 5, 3, 7, 2])
+    assert row_maxima_attention(att, 2, 2) == 11.0
+    assert row_maxima_attention(att, 2, 3) == 12.0
+    assert row_maxima_attention(att, 1, 6) == 9.0
+    assert row_maxima_attention(att, 4, 2) == 0.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), shape=st.sampled_from([(2, 1, 2, 6), (2, 2, 2, 6), (2, 1, 3, 6), (3, 3, 2, 6),
+                                                           (2, 2, 3, 7), (4, 2, 1, 6), (4, 2, 2, 8)]))
+def test_row_maxima_attention_below_brute_force(seed, shape):
+    """Without expert cost (gamma = 0) the sync optimum is the least sum_r max_g A over
+    every layout: the row maxima bound never exceeds it, and equals it when every cell
+    holds one sample and capacity does not bind (N = R D, C = 100, lengths <= 100)."""
+    dp, edp, rows, n = shape
+    rng = np.random.default_rng(seed)
+    inst = _instance(rng.integers(1, 101, n), dp=dp, edp=edp, gamma=0.0, seed=seed)
+    best = _sync_permutations(inst, rows) if n == rows * dp and n <= 8 else _sync_optimum(inst, rows)
+    if not np.isfinite(best):
+        return
+    bounds = cost_bounds(inst, rows)
+    assert bounds.row_attention <= best * (1 + 1e-9) + 1e-9
+    assert bounds.objective("sync")[0] <= best * (1 + 1e-9) + 1e-9
+    if n == rows * dp:
+        assert bounds.row_attention == pytest.approx(best, rel=1e-9)
