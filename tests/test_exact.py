@@ -697,6 +697,11 @@ def test_highs_skips_later_levels_when_no_time_is_left():
     obj = get_objective("sync")
     out = PyomoPacking(packing_data(inst, place, 3), obj, symmetry_mode(obj)).solve(Budget(0.0))
     assert len(out.levels) == 1
+    if out.levels[0].status == "no_solution":
+        # a loaded machine: level 1 found no plan in its 0.01 s, and nothing follows a level
+        # without a plan (seen once in a full run beside other work)
+        assert out.layout is None
+        return
     assert out.extra["skipped_levels"] == "2..3: time limit"
     if out.layout is not None:
         assert check_plan(inst, place.to_list(), out.layout.to_rows(), "sync", num_rows=3).valid
