@@ -392,10 +392,14 @@ class Planner:
         elif self._spec is not None:
             num_experts, experts_from = self._spec.num_experts, spec
             inputs["num_experts"] = spec
-        elif isinstance(routing, np.ndarray) and routing.ndim == 3:
-            num_experts, inputs["num_experts"] = routing.shape[2], "the counts"
+        elif counts:  # a numpy array or a tensor of counts [N, L, E]
+            num_experts, inputs["num_experts"] = int(routing.shape[2]), "the counts"
         else:
             raise InputError("num_experts", "is needed to read expert ids when the planner has no model spec")
+        if replayed:
+            require(num_experts == routing.demand.shape[2] and not isinstance(num_experts, bool), "num_experts",
+                    f"is {num_experts!r}, the Replay has E={routing.demand.shape[2]}")
+            require(mask is None, "mask", "is only used with a padded batch, not with a Replay")
         if top_k is not None:
             inputs["top_k"] = "top_k"
         elif counts and self._spec is not None:
@@ -477,16 +481,23 @@ class Planner:
         current = self._current
         if current is None:
             current = Placement.identity(window.num_layers, window.num_experts, self.cluster.ep)
+        from .replay import experts_note
+
+        source = experts_note(window.num_experts, None if inputs["num_experts"] == "num_experts" else
+                              inputs["num_experts"])
         require(current.ranks.shape == (window.num_layers, window.num_experts), "routing",
                 f"has (L, E) = ({window.num_layers}, {window.num_experts}), the placement in force has "
-                f"{current.ranks.shape}")
+                f"{current.ranks.shape}{source}")
 
         t = time.perf_counter()
         certificate = self._certify(window)
         timings["certify"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        warm, seed_placement, warm_kind = self._warm_start(instance, certificate)
+        # the rows the solver plans with: the caller's num_rows, else R*
+        rows = integer("num_rows", self.solver_options.get("num_rows"), 1, text=True, none=True)
+        warm, seed_placement, warm_kind = self._warm_start(instance, certificate,
+                                                           certificate.r_star if rows is None else rows)
         timings["warm_start"] = time.perf_counter() - t
         name = self.solver_name
         solver = get_solver(name)
@@ -618,14 +629,17 @@ class Planner:
             raise InputError("window", cert.no_rows()[1])
         return cert
 
-    def _warm_start(self, instance: Instance, certificate) -> tuple[Plan | None, Placement | None, str | None]:
-        """(warm-start plan, placement seed, kind) from the previous step.
+    def _warm_start(self, instance: Instance, certificate, rows: int | None) -> tuple[
+            Plan | None, Placement | None, str | None]:
+        """(warm-start plan, placement seed, kind) from the previous step, for a solver that
+        plans with ``rows`` rows (R*, or the caller's ``num_rows``; None: not known).
 
         The placement seed is, per layer, the better (lower max_p L[l,p], ties to the
         previous one: fewer moves) of LPT + swap local search and the previous step's
         placement improved by the same local search. The warm-start layout is the previous
-        layout when it is a layout of this window (same N, capacity, R = R*), else the
-        certificate's witness (a layout for other samples is no layout here).
+        layout when it is a layout of this window (same N, capacity, ``rows`` rows), else the
+        certificate's witness when it has ``rows`` rows (a layout for other samples is no
+        layout here), else none.
         """
         prev = self._previous
         window, cluster = instance.window, instance.cluster
@@ -634,12 +648,10 @@ class Planner:
         if prev.placement.ranks.shape != (window.num_layers, window.num_experts):
             return None, None, None
         seed = _seed_placement(window, prev.placement)
-        r_star = certificate.r_star
         layout, kind = None, "placement"
-        if _layout_fits(prev.layout, window, cluster) and (r_star is None or prev.layout.num_rows == r_star):
+        if _layout_fits(prev.layout, window, cluster) and (rows is None or prev.layout.num_rows == rows):
             layout, kind = prev.layout, "layout"
-        elif certificate.witness is not None and \
-                (r_star is None or certificate.witness.num_rows == r_star):
+        elif certificate.witness is not None and (rows is None or certificate.witness.num_rows == rows):
             layout = certificate.witness
         if layout is None:
             return None, seed, kind

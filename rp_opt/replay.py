@@ -78,6 +78,10 @@ def _as_int_array(value, field: str) -> np.ndarray:
     if array.dtype.kind == "f":
         if array.size and not bool(np.all(np.isfinite(array) & (array == np.round(array)))):
             raise InputError(field, "holds a non-integer expert id")
+        # said before the cast, which would wrap an id past int64 (1e20 read as -2^63)
+        huge = np.abs(array) >= 2**62
+        if huge.any():
+            raise InputError(field, f"holds the expert id {array[huge][0]:g}, far outside any expert count")
         array = array.astype(np.int64)
     return array
 

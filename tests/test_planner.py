@@ -363,3 +363,52 @@ def test_ctrl_c_during_a_step_stops_the_loop(monkeypatch):
     assert planner.step == 0 and planner.current_placement == before
     checked(planner.plan(lengths=inst.window.lengths, routing=np.array(inst.window.demand), top_k=inst.window.top_k))
     assert planner.step == 1
+
+
+@pytest.mark.parametrize("mode", ["heuristic", "auto", "exact"])
+def test_num_rows_option_above_r_star_plans_every_step(mode):
+    """``solver_options={"num_rows": R}`` with R above R*: the warm start of step 2 has R
+    rows (the previous layout), not the certificate's R* witness (step 2 failed with
+    ``warm_start: is not a valid layout of R*=6 rows: shape 5x4``)."""
+    cluster = Cluster(dp=2, edp=1, ep=2, capacity=48)
+    routing = routing_of(6, n=8, low=4, high=24)
+    planner = Planner(cluster, COST, mode=mode, time_limit=1.0, solver_options={"num_rows": 4})
+    for _ in range(2):
+        step = planner.plan(routing=routing, num_experts=8)
+        checked(step)
+        assert step.plan.num_rows == 4
+
+
+def test_replay_input_checks_num_experts_and_mask():
+    """A Replay carries its own E and has no padding: a different ``num_experts`` and any
+    ``mask`` are one-line errors (both were ignored, and the stats said E came from the call)."""
+    from rp_opt.replay import demand_from_samples
+
+    replay = demand_from_samples(routing_of(3, n=8), 8)
+    planner = Planner(Cluster(dp=2, edp=1, ep=2, capacity=64), COST, time_limit=0.5)
+    with pytest.raises(InputError, match=r"^num_experts: is 16, the Replay has E=8$"):
+        planner.plan(routing=replay, num_experts=16)
+    with pytest.raises(InputError, match=r"^mask: is only used with a padded batch"):
+        planner.plan(routing=replay, num_experts=8, mask=np.ones((8, 5)))
+    checked(planner.plan(routing=replay, num_experts=8))
+
+
+def test_counts_tensor_gives_e_without_a_model_spec():
+    """Counts [N, L, E] as a torch tensor give E by their last axis, as a numpy array does
+    (the tensor was taken for expert ids: "num_experts: is needed to read expert ids")."""
+    torch = pytest.importorskip("torch")
+    counts = np.zeros((8, 3, 8), dtype=np.int64)
+    counts[:, :, 0] = 10
+    counts[:, :, 3] = 10
+    planner = Planner(Cluster(dp=2, edp=1, ep=2, capacity=64), COST, time_limit=0.5)
+    step = planner.plan(lengths=np.full(8, 10), routing=torch.from_numpy(counts), top_k=2)
+    checked(step)
+    assert step.instance.window.num_experts == 8 and step.stats["inputs"]["num_experts"] == "the counts"
+
+
+def test_a_float_id_past_int64_is_named_as_given():
+    """An expert id of 1e20 (floats) is reported as 1e+20, not as the -2^63 its cast gave."""
+    routing = [ids.astype(float) for ids in routing_of(4, n=8)]
+    routing[1][0, 0, 0] = 1e20
+    with pytest.raises(InputError, match=r"^routing\[1\]: holds the expert id 1e\+20"):
+        Planner(Cluster(dp=2, edp=1, ep=2, capacity=64), COST, time_limit=0.5).plan(routing=routing, num_experts=8)
