@@ -15,6 +15,7 @@ from rp_opt import rows
 from rp_opt.check import check_plan
 from rp_opt.cli import main
 from rp_opt.io import save_instance
+from rp_opt.errors import InputError
 from rp_opt.rows import arcflow, certify_bins, certify_rows, read_bpplib, rounding
 from rp_opt.rows.bounds import l2_bound
 from rp_opt.rows.heuristics import expand_bins, first_fit_decreasing, minimum_bin_slack, packing_violation
@@ -374,7 +375,7 @@ def test_rows_need_more_cells_than_samples():
     """Three items of 6 (C = 10) need 3 bins; with D = 2 that is 2 rows = 4 cells > 3 samples."""
     cert = certify_bins([6, 6, 6], 10, 2)
     assert cert.status == "infeasible" and cert.lower_bound == 2
-    assert "at most 3 DP slots" in cert.fix   # one row of 3 cells
+    assert cert.fix == "use 3 or 1 DP slots or add 1 sample"   # one row of 3 cells, or 3 rows of 1
 
 
 # ---------------------------------------------------------------- BPPLIB
@@ -467,12 +468,34 @@ def test_cli_infeasible_and_bad_input(tmp_path, capsys):
 def test_infeasible_reason_reads_in_order():
     """Lengths [6, 6, 6, 6, 3] in bins of 7 need 5 bins (no two 6s share one), so with D = 2
     slots R* would be 3 rows = 6 cells, one more than the 5 samples: infeasible, with the
-    reason in that order and the fix (at most 5 slots, or one more sample)."""
+    reason in that order and the fix (5 slots or 1, or one more sample: with 3 or 4
+    slots the 5 bins need 6 or 8 cells)."""
     cert = certify_bins([6, 6, 6, 6, 3], 7, 2)
     assert cert.status == "infeasible"
     assert cert.reason == ("window has 5 samples for at least 6 cells: its lengths need at least 5 cells of "
                            "capacity C=7, so 3 rows of D=2 slots, and every cell needs a sample")
-    assert cert.fix == "use at most 5 DP slots or add 1 sample"
+    assert cert.fix == "use 5 or 1 DP slots or add 1 sample"
+
+
+@pytest.mark.parametrize("lengths, capacity, slots, fix", [
+    ([10] * 5, 10, 3, "use 5 or 1 DP slots or add 1 sample"),       # D = 3 itself is no fix
+    ([10] * 5, 10, 8, "use 5 or 1 DP slots or add 3 samples"),      # N < D: 2 to 4 slots fail too
+    ([10] * 6, 10, 4, "use 6, 3, 2 or 1 DP slots or add 2 samples"),
+    ([10] * 8, 4096, 16, "use at most 8 DP slots or add 8 samples"),  # one bin: any D' <= N
+    ([7], 10, 2, "use at most 1 DP slot or add 1 sample"),
+])
+def test_infeasible_fix_names_slot_counts_that_work(lengths, capacity, slots, fix):
+    """The fix lists the slot counts D' whose cells the samples fill (ceil(B / D') D' <= N):
+    it said "use at most 5 DP slots" where 2 to 4 fail, and included the D that failed."""
+    cert = certify_bins(lengths, capacity, slots)
+    assert cert.status == "infeasible" and cert.fix == fix
+    words = fix.split(" DP slot")[0].replace(",", "").split()
+    named = {int(w) for w in words if w.isdigit()}
+    if words[1:3] == ["at", "most"]:
+        named = set(range(1, max(named) + 1))
+    # every count named works, and (all of them listed here) no other does
+    for d in range(1, len(lengths) + 1):
+        assert (certify_bins(lengths, capacity, d).status == "optimal") == (d in named), d
 
 
 def test_row_count_reason_names_the_counting_argument():
@@ -597,3 +620,27 @@ def test_no_progress_from_a_quick_certification(caplog):
     """A certification that ends within PROGRESS_AFTER (every plan runs one) logs nothing."""
     cert, lines = _progress_lines(caplog, np.array([60, 50, 40, 30, 20, 10]), 100, 10)
     assert cert.status == "optimal" and lines == []
+
+
+def test_a_limit_no_cell_reaches_is_no_limit():
+    """m = 10^6 on Falkenauer_t60_00 (triplets: the 4 shortest items exceed C, no bin holds
+    more than 3): a limit that binds nothing gives the answer of no limit (it dropped the
+    arc-flow graph, which grows with m, and stayed unproven in 5 s)."""
+    weights, capacity = read_bpplib(os.path.join(BPPLIB, "falkenauer_t", "Falkenauer_t60_00.txt"))
+    free = certify_bins(weights, capacity, 1, None, 5)
+    limited = certify_bins(weights, capacity, 1, 10**6, 5)
+    assert free.status == limited.status == "optimal" and free.r_star == limited.r_star == 20
+    assert limited.bound_method == free.bound_method
+
+
+@pytest.mark.parametrize("token", ["5_0", "5.0000000000000001", "1e-400", "1e3", "0x10"])
+def test_bpplib_weights_are_plain_integers(tmp_path, token):
+    """Digits only (a sign and a trailing ".0" allowed): Python's int() read "5_0" as 50 and
+    float precision took "5.0000000000000001" for 5."""
+    path = tmp_path / "w.txt"
+    path.write_text(f"2\n100\n{token}\n7\n")
+    with pytest.raises(InputError, match=r"holds '.*', not an integer$|holds a non-numeric token$"):
+        read_bpplib(path)
+    path.write_text("2\n100\n+5\n7.0\n")
+    weights, capacity = read_bpplib(path)
+    assert weights.tolist() == [5, 7] and capacity == 100

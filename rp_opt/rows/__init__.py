@@ -33,6 +33,7 @@ finish in the time left is skipped, so time_limit 0 gives the certificate of ste
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -289,12 +290,20 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
                            + (f" ({too_long.size} samples are too long)" if too_long.size > 1 else ""),
                     fix=f"raise the capacity to at least {int(lengths.max())} tokens or truncate/drop the "
                         f"{too_long.size} longer sample{'s' if too_long.size > 1 else ''}")
+    if m is not None and m >= int(np.searchsorted(np.cumsum(np.sort(lengths)), c, side="right")):
+        # no cell holds more than m samples anyway (the m shortest already fill C): the limit
+        # binds nothing, and the m-aware models grow with m (m = 10^6 dropped the arc-flow
+        # graph of Falkenauer_t60_00 and left it unproven in 5 s, proven in 0.07 s without)
+        m = None
     # largest usable bin count: R D <= N, so K <= floor(N / D) D
     k_max = (n // d) * d
     if k_max == 0:
+        # which fewer slots work depends on the bins the lengths need: FFD's count (N < D here)
+        bins = int(heuristics.first_fit_decreasing(lengths, c, m).max(initial=-1)) + 1
+        more = f"add {d - n} sample{'s' if d - n > 1 else ''}"
         return done(INFEASIBLE, None, None, None, "samples", None, None, None,
                     reason=f"window has {n} samples for {d} cells (one row of D={d} slots); every cell needs a sample",
-                    fix=f"use at most {n} DP slots or add {d - n} sample{'s' if d - n > 1 else ''}")
+                    fix=_fewer_slots(bins, n, d, more))
 
     s = _Search(lengths, c, m)
     t0 = time.perf_counter()
@@ -505,9 +514,8 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
     lower_rows = _ceil_div(s.lower, d)
     if proven_infeasible():
         need = lower_rows * d
-        best_d = _largest_slots(s, n)
         more = f"add {need - n} sample{'s' if need - n > 1 else ''}"
-        fix = f"use at most {best_d} DP slots or {more}" if best_d else more
+        fix = _fewer_slots(s.upper, n, d, more)
         if s.method == "cardinality":
             # the per-cell limit m, not the lengths, forces the cells (lengths [10, 20, 30],
             # C = 100, m = 1 fit one cell but need three)
@@ -541,14 +549,22 @@ def _closed(s: _Search, d: int, n: int) -> bool:
     return s.upper is not None and _ceil_div(s.lower, d) == _ceil_div(s.upper, d) and _ceil_div(s.upper, d) * d <= n
 
 
-def _largest_slots(s: _Search, n: int) -> int:
-    """Largest D' whose layout is guaranteed by the best packing: ceil(U / D') D' <= N."""
-    if s.upper is None:
-        return 0
-    for dd in range(min(n, s.upper), 0, -1):
-        if _ceil_div(s.upper, dd) * dd <= n:
-            return dd
-    return 0
+def _fewer_slots(upper: int | None, n: int, d: int, more: str, shown: int = 4) -> str:
+    """The fix of an infeasible window: the slot counts D' other than D whose layout a packing into
+    ``upper`` bins guarantees (ceil(U / D') D' <= N: the N samples fill the cells), as "at
+    most X" when every count up to X works, else the largest ``shown`` of them; or just
+    ``more`` (add samples). Not every D' below the largest works: [10] * 5 in C = 10 fills
+    D' = 5 or 1, not 2 to 4."""
+    if upper is None or upper < 1:
+        return more
+    works = [dd for dd in range(n, 0, -1) if dd != d and _ceil_div(upper, dd) * dd <= n]
+    if not works:
+        return more
+    if works == list(range(works[0], 0, -1)):  # every count up to the largest
+        return f"use at most {works[0]} DP slot{'s' if works[0] > 1 else ''} or {more}"
+    works = works[:shown]
+    counts = " or ".join([", ".join(map(str, works[:-1])), str(works[-1])])
+    return f"use {counts} DP slots or {more}"
 
 
 def certify_rows(window: Window, cluster: Cluster, time_limit: float = 10.0, exact: str = "auto",
@@ -587,18 +603,20 @@ def read_bpplib(path) -> tuple[np.ndarray, int]:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError("file", f"{path} cannot be read as a BPPLIB text file ({type(exc).__name__})") from None
 
-    def exact_int(token):  # an exact integer ("12", or "12.0" within float precision), else None
+    def exact_int(token):
+        # digits, with a sign and a ".0" at most ("12", "+12", "12.0"); not "1_2" (Python's
+        # int() reads 12), "12.0000000000000001" (float() rounds to 12) or "1e3"
+        match = re.fullmatch(r"([+-]?[0-9]+)(?:\.0*)?", token)
+        if match is not None:
+            return int(match.group(1))
         try:
-            return int(token)
+            float(token)
         except ValueError:
-            value = float(token)
-            return int(value) if value == int(value) else None
+            raise InputError("file", f"{path} holds a non-numeric token") from None
+        raise InputError("file", f"{path} holds {token!r}, not an integer")
 
-    try:
-        numbers = [exact_int(t) for t in tokens]
-    except (ValueError, OverflowError):
-        raise InputError("file", f"{path} holds a non-numeric token") from None
-    require(len(numbers) >= 2 and None not in numbers, "file", f"{path} is not a BPPLIB file (n, capacity, weights)")
+    numbers = [exact_int(t) for t in tokens]
+    require(len(numbers) >= 2, "file", f"{path} is not a BPPLIB file (n, capacity, weights)")
     n, cap = numbers[0], numbers[1]
     require(n >= 1, "file", f"{path}: item count {n} must be >= 1")
     require(cap >= 1, "file", f"{path}: capacity {cap} must be >= 1")
