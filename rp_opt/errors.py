@@ -181,12 +181,20 @@ def _as_integer(value, text: bool) -> int | None:
     if isinstance(value, numbers.Integral):
         return int(value)
     if text and isinstance(value, str):
+        if not _plain_number(value):
+            return None
         try:
             return int(value.strip())  # exact, also beyond a float's 53 bits
         except ValueError:
             pass
     real = _as_real(value, text)
     return int(real) if real is not None and real.is_integer() else None
+
+
+def _plain_number(text: str) -> bool:
+    """Whether ``text`` may be read as a number: ASCII without underscores (Python's int()
+    and float() also read "1_0" as 10 and Arabic-Indic digits as digits)."""
+    return text.isascii() and "_" not in text
 
 
 def _as_real(value, text: bool) -> float | None:
@@ -197,7 +205,7 @@ def _as_real(value, text: bool) -> float | None:
     try:
         if isinstance(value, numbers.Real):
             out = float(value)
-        elif text and isinstance(value, str):
+        elif text and isinstance(value, str) and _plain_number(value):
             out = float(value.strip())
         else:
             return None

@@ -22,7 +22,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from rp_opt.bench.gap import add_arguments, emit, run_gap  # noqa: E402
-from rp_opt.bench.report import add_output_arguments  # noqa: E402
+from rp_opt.bench.report import add_output_arguments, check_out_folder, problems  # noqa: E402
 from rp_opt.errors import InputError  # noqa: E402
 
 
@@ -32,15 +32,20 @@ def main(argv: list[str] | None = None) -> int:
     add_output_arguments(parser, "gap_SUITE")
     args = parser.parse_args(argv)
     try:
+        for flag, folder in (("--out", args.out), ("--img", args.img)):
+            if folder:  # before the runs: a folder that cannot be written would lose them
+                check_out_folder(folder, flag, f"gap_{args.suite}")
         result = run_gap(args)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     emit(result, args, f"gap_{args.suite}")
-    bad = [r for r in result["records"] if r.get("status") == "error" or (r.get("valid") is False and r.get("status") in ("optimal", "feasible"))]
-    for rec in bad:
-        print(f"warning: {rec['instance']} {rec['solver']}: {rec.get('error') or rec.get('violations')}", file=sys.stderr)
-    return 0
+    # failed runs, plans the checker rejects or scores differently, bounds above a valid
+    # plan: a defect, exit 1 (as rp-opt bench)
+    found = problems(result["records"], result["instances"])
+    for line in found:
+        print(f"error: {line}", file=sys.stderr)
+    return 1 if found else 0
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 """Production-sized windows: modelled step cost of what trainers run today and of the plans,
 with the gain split into placement and packing, and planning seconds.
 
-Plans (all at R = R*, scored under --objective, every plan checked by rp_opt.check):
+Plans (at R = R*, except where a baseline's rule needs more rows: such a cell says
+[R=...]; scored under --objective, every plan checked by rp_opt.check):
 
     identity + ffd      solver baseline (AReaL's length-only packing)
     identity + kk       solver kk (verl's Karmarkar-Karp workload balancing)
@@ -31,7 +32,7 @@ from datetime import datetime, timezone
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from rp_opt.bench.gap import machine, read_seeds  # noqa: E402
-from rp_opt.bench.report import add_output_arguments, image_path, print_tables, write_outputs  # noqa: E402
+from rp_opt.bench.report import add_output_arguments, image_path, print_tables, usable, write_outputs  # noqa: E402
 from rp_opt.bench.runner import Task, run_tasks, strip_private  # noqa: E402
 from rp_opt.bench.suites import suite  # noqa: E402
 from rp_opt.errors import InputError, require  # noqa: E402
@@ -58,15 +59,15 @@ def build_tables(records: list[dict]) -> dict:
     labels = [r[0] for r in RUNS]
     for name, runs in by.items():
         first = next(iter(runs.values()))
-        base = runs.get("identity+ffd", {}).get("score") if runs.get("identity+ffd", {}).get("valid") else None
+        base = runs.get("identity+ffd", {}).get("score") if usable(runs.get("identity+ffd", {})) else None
 
         def cost(label):
             rec = runs.get(label)
-            return rec["score"] if rec and rec.get("valid") else None
+            return rec["score"] if rec and usable(rec) else None
 
-        cost_rows.append([name, first.get("model"), first["N"], first.get("L"), first.get("E"),
-                          runs.get("identity+ffd", {}).get("num_rows")]
-                         + [_cell(cost(l), base) for l in labels])
+        r_star = runs.get("identity+ffd", {}).get("num_rows")
+        cost_rows.append([name, first.get("model"), first["N"], first.get("L"), first.get("E"), r_star]
+                         + [_cell(cost(l), base, runs.get(l, {}).get("num_rows"), r_star) for l in labels])
         placement = -pct(cost("LPT+ffd"), base) if cost("LPT+ffd") is not None and base else None
         packing = (100.0 * (cost("LPT+ffd") - cost("LPT+heuristic")) / base
                    if cost("LPT+heuristic") is not None and cost("LPT+ffd") is not None and base else None)
@@ -87,12 +88,15 @@ def build_tables(records: list[dict]) -> dict:
     }
 
 
-def _cell(value, base):
+def _cell(value, base, rows=None, r_star=None):
+    """A plan's cost, its change against identity+ffd, and its rows where they are not R*
+    (kk's rule can need more: its cost is then that of more microbatches)."""
     if value is None:
         return "-"
+    more = f" [R={rows}]" if rows is not None and r_star is not None and rows != r_star else ""
     if base is None or value == base:
-        return f"{value:.4g}"
-    return f"{value:.4g} ({pct(value, base):+.2f}%)"
+        return f"{value:.4g}{more}"
+    return f"{value:.4g} ({pct(value, base):+.2f}%){more}"
 
 
 def heatmap(records: list[dict], args) -> str | None:
@@ -163,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         emit_json({"meta": meta, "records": strip_private(records)})
     else:
         print_tables(tables)
-    bad = [r for r in records if r.get("status") == "error" or (r.get("status") in ("optimal", "feasible") and not r.get("valid"))]
+    # failed runs, and plans the checker rejects or scores differently (check_agrees)
+    bad = [r for r in records if r.get("status") == "error" or (r.get("status") in ("optimal", "feasible") and not usable(r))]
     for rec in bad:
         print(f"warning: {rec['instance']} {rec['solver']}: {rec.get('error') or rec.get('violations')}", file=sys.stderr)
     return 1 if bad else 0

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rp_opt.bench import Task, mean_std, run_tasks, suite, suite_names
-from rp_opt.bench.report import add_gaps, instance_summary, markdown, per_solver_rows
+from rp_opt.bench.report import add_gaps, instance_summary, markdown, per_instance_rows, per_solver_rows
 from rp_opt.bench.suites import InstanceSpec
 from rp_opt.bench.stats import block_bootstrap_ci, kendall_tau, pm
 from rp_opt.errors import InputError
@@ -672,6 +672,28 @@ def test_a_bound_above_a_valid_plan_is_flagged():
     assert crossed["bound_above_best"] and crossed["bound"] == 101.0
     fine = instance_summary([_rec("b", "x", 100.0, None), _rec("b", "y", 105.0, 99.0)])["b"]
     assert not fine["bound_above_best"]
+    # nothing is proven while a certificate is wrong, and no gap is taken to that bound
+    # (the instance read "optimal", and every plan showed a negative gap)
+    recs = [_rec("a", "x", 100.0, None), _rec("a", "y", 105.0, 101.0)]
+    info = add_gaps(recs)["a"]
+    assert not info["optimal"] and info["crossed_bounds"] == ["every placement"]
+    assert recs[0]["gap_bound_pct"] is None and recs[1]["gap_bound_pct"] is None
+
+
+def test_a_fixed_placement_bound_above_that_placements_plan_is_flagged():
+    """exact's bound of 150 for the LPT placement beside the heuristic's plan of 110 on that
+    placement: a wrong certificate too (only the every-placement bound was compared), so
+    the instance says so, is not optimal, and the column names the placement."""
+    recs = [_rec("a", "kk", 120.0, 80.0), _rec("a", "heuristic", 110.0, None, placement="lpt"),
+            _rec("a", "exact", 112.0, 150.0, placement="lpt", bound_placement="lpt", primary_proven=True)]
+    info = add_gaps(recs)["a"]
+    assert info["bound_above_best"] and info["crossed_bounds"] == ["lpt"] and not info["optimal"]
+    headers, rows = per_instance_rows(recs)
+    assert rows[0][headers.index("optimal")] == "? (a bound above a valid plan: lpt)"
+    from rp_opt.bench.report import problems
+
+    assert problems(recs, {"a": info}) == ["a reported bound exceeds a valid plan's score on a (a wrong certificate; "
+                                           "see --json)"]
 
 
 def test_strict_json_reads_numpy_values_inside_object_arrays():

@@ -150,7 +150,7 @@ def test_bench_counts_a_checker_disagreement_as_a_wrong_plan():
     """Hand-made records (no solver): a valid plan whose checker score differs from its
     solver's is a wrong plan, like an invalid one; the bench exit code was 0 for it. A
     returned plan without a score is one too (the report could not count it)."""
-    from rp_opt.commands.bench import wrong_plans
+    from rp_opt.bench.report import wrong_plans
 
     records = [{"status": "optimal", "valid": True, "check_agrees": True, "score": 1.0},
                {"status": "feasible", "valid": True, "check_agrees": False, "score": 1.0},

@@ -90,6 +90,9 @@ REJECTED = [
     (integer, {"text": True}, "", "an integer"),
     (integer, {"text": True}, "nan", "an integer"),
     (integer, {"text": True}, "true", "an integer"),
+    (integer, {"text": True}, "1_0", "an integer"),        # int() and float() read 10
+    (integer, {"text": True}, "\u0661", "an integer"),     # an Arabic-Indic one, read as 1
+    (number, {"text": True}, "2_5", "a finite number"),
     (integer, {"low": 1, "high": 8, "hint": "the experts"}, 9, "an integer in [1, 8] (the experts)"),
     (number, {}, float("nan"), "a finite number"),
     (number, {}, float("-inf"), "a finite number"),

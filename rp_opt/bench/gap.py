@@ -96,7 +96,8 @@ def run_gap(args, on_record=None) -> dict:
     wall = time.perf_counter() - start
     instances = add_gaps(records)
     tables = {
-        f"Per instance ({args.suite}): gap % to the best bound (seconds)": per_instance_rows(records),
+        f"Per instance ({args.suite}): gap % to the best bound valid for each plan (its rows; its placement "
+        f"when fixed) (seconds)": per_instance_rows(records),
         f"Per solver ({args.suite}): mean ± std over instances": per_solver_rows(records),
         f"Per configuration ({args.suite}): mean ± std over seeds": per_solver_rows(records, by_config=True),
     }

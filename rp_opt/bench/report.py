@@ -129,10 +129,19 @@ def instance_summary(records: list[dict]) -> dict[str, dict]:
             if key not in info["proven_for"] and best_p is not None and value >= best_p * (1 - REL_TOL):
                 info["proven_for"].append(key)
         best, bound = info["best"], info["bound"]
-        closed = best is not None and bound is not None and bound >= best * (1 - REL_TOL)
-        info["optimal"] = bool(info["proven_by"] or closed)
         # a bound above a valid plan's score is no bound: some solver's certificate is wrong
-        info["bound_above_best"] = bool(best is not None and bound is not None and bound > best * (1 + REL_TOL))
+        # (for every placement: above the best plan; for a fixed one: above its best plan)
+        crossed = [key for key, value in info["placement_bounds"].items()
+                   if placement_best.get(key) is not None and value > placement_best[key] * (1 + REL_TOL)]
+        if best is not None and bound is not None and bound > best * (1 + REL_TOL):
+            crossed.insert(0, "every placement")
+        info["bound_above_best"] = bool(crossed)
+        info["crossed_bounds"] = crossed
+        closed = best is not None and bound is not None and bound >= best * (1 - REL_TOL)
+        # nothing is proven while a certificate is wrong
+        info["optimal"] = bool(info["proven_by"] or closed) and not crossed
+        if crossed:
+            info["proven_for"] = []
         out[name] = info
     return out
 
@@ -163,7 +172,10 @@ def add_gaps(records: list[dict]) -> dict[str, dict]:
     for rec in records:
         info = summary[rec["instance"]]
         ok = usable(rec)
-        rec["ref_bound"] = record_bound(rec, by_instance[rec["instance"]]) if ok else None
+        # a bound above a valid plan is wrong, and then no bound of the instance is trusted
+        # (the instance says which): no gap to a bound there
+        rec["ref_bound"] = record_bound(rec, by_instance[rec["instance"]]) if ok and not info["crossed_bounds"] \
+            else None
         rec["gap_bound_pct"] = gap(rec["score"], rec["ref_bound"]) if ok else None
         rec["gap_best_pct"] = gap(rec["score"], info["best"]) if ok else None
     return summary
@@ -193,6 +205,8 @@ def solvers_of(records: list[dict]) -> list[str]:
 
 
 def _optimal_text(info: dict) -> str:
+    if info.get("crossed_bounds"):
+        return "? (a bound above a valid plan: " + ", ".join(info["crossed_bounds"]) + ")"
     if info["optimal"]:
         return "yes"
     if info.get("proven_for"):
@@ -247,7 +261,7 @@ def per_solver_rows(records: list[dict], by_config: bool = False) -> tuple[list[
         valid = [r for r in recs if usable(r)]
         proven = sum(1 for r in valid if r.get("primary_proven"))
         opt = sum(1 for r in recs if summary[r["instance"]]["optimal"])
-        rows.append(list(key) + [len(recs), sum(1 for r in recs if r.get("valid")), proven, opt,
+        rows.append(list(key) + [len(recs), len(valid), proven, opt,
                                  pm([r["gap_bound_pct"] for r in valid]), pm([r["gap_best_pct"] for r in valid]),
                                  pm([r.get("seconds") for r in valid], 1)])
     return headers, rows
@@ -276,6 +290,57 @@ def write_outputs(out_dir: str, name: str, tables: dict[str, tuple[list[str], li
         # allow_nan=False: a non-finite float that strict_json missed fails here, not in a reader
         json.dump(strict_json(data), handle, indent=1, default=str, allow_nan=False)
     return md_path
+
+
+def wrong_plans(records: list[dict]) -> list[dict]:
+    """Records of plans the checker rejects, or scores differently from their solver: a
+    defect, so the benchmarks exit 1 (a disagreement used to leave only the gaps). A
+    returned plan that :func:`usable` would not count."""
+    return [r for r in records if r.get("status") in ("optimal", "feasible") and not usable(r)]
+
+
+def problems(records: list[dict], instances: dict[str, dict]) -> list[str]:
+    """One line per kind of defect in a benchmark's runs (for stderr; the benchmark then
+    exits 1): runs that failed, plans invalid or scored differently by the checker, bounds
+    above a valid plan's score (a wrong certificate)."""
+    lines = []
+    errors = [r for r in records if r.get("status") == "error"]
+    if errors:
+        reasons: dict[str, int] = {}
+        for record in errors:
+            reason = " ".join(str(record.get("error", "unknown error")).split())
+            reasons[reason] = reasons.get(reason, 0) + 1
+        every = "every run" if len(errors) == len(records) else f"{len(errors)} of {len(records)} runs"
+        shown = [f"{reason} ({n}x)" for reason, n in list(reasons.items())[:3]]
+        more = f"; and {len(reasons) - 3} other reasons (see --json)" if len(reasons) > 3 else ""
+        lines.append(f"{every} failed: " + "; ".join(shown) + more)
+    invalid = wrong_plans(records)
+    if invalid:
+        lines.append(f"{len(invalid)} plan(s) invalid or scored differently by the checker (see --json: valid, "
+                     "check_agrees)")
+    crossed = sorted(name for name, info in instances.items() if info.get("bound_above_best"))
+    if crossed:
+        lines.append(f"a reported bound exceeds a valid plan's score on {', '.join(crossed[:5])} (a wrong "
+                     "certificate; see --json)")
+    return lines
+
+
+def check_out_folder(path: str, flag: str, name: str) -> None:
+    """Before the runs: :class:`~rp_opt.errors.InputError` naming ``flag`` unless ``path`` is
+    a directory (created when missing) in which ``name``.md, ``name``.json and the picture
+    folder ``img`` can be written (a failure after the runs would lose them)."""
+    from ..commands._common import check_output
+    from ..errors import InputError, require
+
+    require(not os.path.exists(path) or os.path.isdir(path), flag, f"{path} is not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise InputError(flag, f"cannot create directory {path} ({exc.strerror or type(exc).__name__})") from None
+    for suffix in (".md", ".json"):
+        check_output(os.path.join(path, name + suffix), flag)
+    img = os.path.join(path, "img")
+    require(not os.path.exists(img) or os.path.isdir(img), flag, f"{img} is not a directory (the pictures go there)")
 
 
 def image_path(args, name: str) -> str | None:

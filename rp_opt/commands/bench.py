@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import os
 import sys
 
-from ..errors import InputError, require
-from ._common import Progress, add_json, check_output, int_arg, seconds_arg, seed_arg, write_output
+from ._common import Progress, add_json, int_arg, seconds_arg, seed_arg, write_output
 
 
 def register(sub) -> None:
@@ -52,7 +50,7 @@ def seeds_arg(text: str) -> str:
 
 def run(args) -> int:
     from ..bench.gap import run_gap, tasks_from_args
-    from ..bench.report import per_solver_rows
+    from ..bench.report import check_out_folder, per_solver_rows, problems
     from ..bench.runner import check_ray_address
     from ..objectives import get_objective
     from ._common import emit_json, table
@@ -63,7 +61,7 @@ def run(args) -> int:
     total = len(tasks_from_args(args))  # validates the arguments before anything runs
     for flag, folder in (("--out", args.out), ("--img", args.img)):
         if folder:
-            _check_folder(folder, flag, f"bench_{args.suite}")
+            check_out_folder(folder, flag, f"bench_{args.suite}")
     progress = Progress(total, f"bench {args.suite}", enabled=True if args.progress else None)
     result = run_gap(args, on_record=lambda rec: progress.step(f"{rec['instance']} {rec['solver']}"))
     write_error = None
@@ -77,47 +75,13 @@ def run(args) -> int:
     else:
         headers, rows = per_solver_rows(result["records"])
         print(table(headers, rows))
-    errors = [r for r in result["records"] if r.get("status") == "error"]
-    if errors:  # the reasons, on stderr: otherwise they are only inside --json records
-        reasons: dict[str, int] = {}
-        for record in errors:
-            reason = " ".join(str(record.get("error", "unknown error")).split())
-            reasons[reason] = reasons.get(reason, 0) + 1
-        every = "every run" if len(errors) == len(result["records"]) else f"{len(errors)} of {len(result['records'])} runs"
-        shown = [f"{reason} ({n}x)" for reason, n in list(reasons.items())[:3]]
-        more = f"; and {len(reasons) - 3} other reasons (see --json)" if len(reasons) > 3 else ""
-        print(f"error: {every} failed: " + "; ".join(shown) + more, file=sys.stderr)
-    invalid = wrong_plans(result["records"])
-    if invalid:
-        print(f"error: {len(invalid)} plan(s) invalid or scored differently by the checker (see --json: "
-              "valid, check_agrees)", file=sys.stderr)
-    crossed = sorted(name for name, info in result["instances"].items() if info.get("bound_above_best"))
-    if crossed:
-        print(f"error: a reported bound exceeds a valid plan's score on {', '.join(crossed[:5])} (a wrong "
-              "certificate; see --json)", file=sys.stderr)
+    # the defects, on stderr (otherwise they are only inside --json records): exit 1
+    found = problems(result["records"], result["instances"])
+    for line in found:
+        print(f"error: {line}", file=sys.stderr)
     if write_error:
         return 2
-    return 1 if invalid or errors or crossed else 0
-
-
-def wrong_plans(records: list[dict]) -> list[dict]:
-    """Records of plans the checker rejects, or scores differently from their solver: a
-    defect, so the command exits 1 (a disagreement used to leave only the gaps). A
-    returned plan that :func:`rp_opt.bench.report.usable` would not count."""
-    from ..bench.report import usable
-
-    return [r for r in records if r.get("status") in ("optimal", "feasible") and not usable(r)]
-
-
-def _check_folder(path: str, flag: str, name: str) -> None:
-    """Before the runs: :class:`InputError` naming ``flag`` unless ``path`` is a directory
-    (created when missing) in which ``name`` files can be written."""
-    require(not os.path.exists(path) or os.path.isdir(path), flag, f"{path} is not a directory")
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise InputError(flag, f"cannot create directory {path} ({exc.strerror or type(exc).__name__})") from None
-    check_output(os.path.join(path, f"{name}.md"), flag)
+    return 1 if found else 0
 
 
 def _write_files(folder: str, result: dict, args) -> None:
