@@ -21,8 +21,8 @@ def register(sub) -> None:
     p.add_argument("plan", help="plan .json")
     p.add_argument("-o", "--output", required=True, metavar="OUT_PREFIX",
                    help="writes OUT_PREFIX.json and OUT_PREFIX.npz: a path whose directory exists (-o "
-                        "runs/step3, or runs/step3.json or .npz, writes runs/step3.json and runs/step3.npz); an existing "
-                        "directory is refused, not written into or beside")
+                        "runs/step3, or runs/step3.json or .npz, writes runs/step3.json and runs/step3.npz); "
+                        "an existing directory is refused, not written into or beside")
     p.add_argument("--previous", metavar="EXPORT.npz",
                    help="export of the placement in force: the plan's ranks are relabelled per layer (same "
                         "cost) so that the most experts stay on their rank, and those keep their slot; "

@@ -204,10 +204,10 @@ _SWITCHES = ("symmetry", "tighten", "mip_start", "heuristic_start", "relax_bound
 def check_args(**args) -> dict:
     """The arguments of the exact solvers, checked and converted by the same rules as the
     heuristic's options (values of ``--option KEY=VALUE`` may arrive as text): ``workers``
-    None or an integer in [1, 256] (CP-SAT threads), ``num_rows`` None or an integer >= 1, ``seed`` an integer in [0, 2^31 - 1] (CP-SAT's
-    random_seed), the switches (symmetry, tighten, ...) true or false (true/false/yes/no/1/0;
-    'nope' is an error); any other argument comes back as it is. A bad one is a one-line
-    :class:`InputError`."""
+    None or an integer in [1, 256] (CP-SAT threads), ``num_rows`` None or an integer >= 1,
+    ``seed`` an integer in [0, 2^31 - 1] (CP-SAT's random_seed), the switches (symmetry,
+    tighten, ...) true or false (true/false/yes/no/1/0; 'nope' is an error); any other
+    argument comes back as it is. A bad one is a one-line :class:`InputError`."""
     out = dict(args)
     for name, value in args.items():
         if name == "workers":
