@@ -1237,3 +1237,28 @@ def test_starts_from_the_certificates_witness_when_first_fit_needs_more_rows():
     res = get_solver("exact")(inst, time_limit=10, heuristic_start=False)
     assert res.stats["start"] == "witness" and res.plan.num_rows == 4 and check(inst, res.plan).valid
     assert res.status == "optimal"
+
+
+@pytest.mark.parametrize("backend", ["cpsat", "highs"])
+def test_objective_of_a_part_that_costs_nothing(backend):
+    """T = [20, 10, 15, 5], C = 21, D = 2 in G = 2 shards: R* = 2, one sample per cell.
+    ``expert`` with gamma = 0 (and ``attention`` with alpha = 0) weighs a part that is 0
+    everywhere: every layout is optimal. HiGHS scaled by 1 / 0 (a unit of 1e302), took the
+    other part's coefficients for infinite and returned all samples in one cell; a level
+    whose optimum is 0 was never "optimal" (its rounding margin exceeded 0.1 % of 0)."""
+    from rp_opt.objectives import TOTAL, Aggregate, Objective
+
+    lengths = np.array([20, 10, 15, 5])
+    demand = np.zeros((4, 1, 2), dtype=np.int64)
+    demand[:, 0, 0] = lengths
+
+    def window(alpha, gamma):
+        return Instance(Window(lengths, demand, 1), Cluster(2, 2, 1, 21),
+                        CostModel((Stage("s", 1, alpha, 0.0),), gamma))
+
+    for inst, objective in ((window(1.0, 0.0), "expert"), (window(0.0, 1.0), "attention"),
+                            (window(1.0, 0.0), Objective("x-second", (
+                                ((1.0, TOTAL),), ((1.0, Aggregate("sum", "rows", "sum", 0.0, 1.0)),))))):
+        res = get_solver("exact")(inst, objective=objective, backend=backend, time_limit=10)
+        assert check(inst, res.plan, objective).valid and res.status == "optimal", (objective, res.stats)
+        assert res.score[-1] == 0.0

@@ -686,6 +686,11 @@ def _result(instance, placement, obj, out, start, start_score, stats, t0, solver
     place = out.extra.get("placement", placement) if out.extra else placement
     if out.extra and "skipped_levels" in out.extra:
         stats["skipped_levels"] = out.extra["skipped_levels"]
+    model_broken = layout is not None and layout_violation(instance, layout, num_rows) is not None
+    if model_broken:
+        # a solver's answer that is no layout (numerics) proves nothing: the start stands
+        stats["model_layout"] = f"not a layout ({layout_violation(instance, layout, num_rows)}): discarded"
+        layout = None
     plan_score = score(instance, place, layout, obj) if layout is not None else None
     kept_start = start is not None and (plan_score is None or lex_better(start_score, plan_score))
     if kept_start:
@@ -715,8 +720,8 @@ def _result(instance, placement, obj, out, start, start_score, stats, t0, solver
     if layout is None:
         stats["reason"] = f"no layout of R={num_rows} rows found within the time limit"
         return Result(NO_SOLUTION, None, (), bound, time.perf_counter() - t0, solver_name, stats)
-    all_opt = _all_proven(levels, obj)
-    if (not all_opt and other_bound is not None and plan_score is not None and len(levels) == len(obj.levels)
+    all_opt = _all_proven(levels, obj) and not model_broken
+    if (not all_opt and not model_broken and other_bound is not None and plan_score is not None and len(levels) == len(obj.levels)
             and all(o.status == "optimal" for o in levels[1:])
             and other_bound >= plan_score[0] - out.rounding[0] - 1e-9 * abs(plan_score[0])):
         # the relaxation (or the pooled window) proves level 1 (within the rounding margin);
@@ -736,8 +741,9 @@ def _result(instance, placement, obj, out, start, start_score, stats, t0, solver
     if all_opt and plan_score is not None:
         # a proof of the integer model is one of the true objective only up to twice the
         # rounding margin (CP-SAT's scaled costs): "optimal" within 1e-3 of each level
+        # (a level at 0 is at its least: every cost is >= 0)
         loose = [j for j, err in enumerate(out.rounding[:len(plan_score)])
-                 if 2 * err > ROUNDING_TOLERANCE * abs(plan_score[j])]
+                 if plan_score[j] != 0 and 2 * err > ROUNDING_TOLERANCE * abs(plan_score[j])]
         if loose:
             all_opt = False
             stats["not_optimal"] = (f"level {loose[0] + 1} proven for the integer-scaled costs only: their rounding "

@@ -44,7 +44,13 @@ class PyomoPacking:
         weighs_attention, weighs_expert = objective.weighs
         per_sample = (data.att.sum(axis=0) * weighs_attention
                       + data.gamma * dem.max(axis=2).sum(axis=1) * weighs_expert)
-        self.unit = 100.0 / max(float(per_sample.max()), 1e-300)
+        largest = float(per_sample.max(initial=0.0))
+        if largest <= 0:
+            # the weighed parts cost nothing (X alone with gamma = 0): scale by both parts, or
+            # not at all (a unit of 1e302 put the other part's coefficients past HiGHS's
+            # infinity, and its y came back as no layout)
+            largest = float((data.att.sum(axis=0) + data.gamma * dem.max(axis=2).sum(axis=1)).max(initial=0.0))
+        self.unit = 100.0 / largest if largest > 0 else 1.0
         att = data.att * self.unit
         gamma = data.gamma * self.unit
         S = att.shape[0]
