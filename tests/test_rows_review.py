@@ -91,7 +91,7 @@ def test_read_bpplib_reads_integers_exactly(tmp_path):
 def test_read_bpplib_infinite_token_is_input_error(tmp_path):
     path = tmp_path / "inf.txt"
     path.write_text("2\n10\ninf\n5\n")
-    with pytest.raises(InputError, match="non-numeric"):
+    with pytest.raises(InputError, match="holds 'inf', not an integer"):
         read_bpplib(path)
 
 
