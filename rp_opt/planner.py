@@ -429,7 +429,16 @@ class Planner:
                 "planner: lengths derived from counts as T_i = tokens per layer / k, k=%d from %s; pass top_k= or "
                 "lengths= if your router differs", k, k_from)
             self._warned_lengths = True
-        window = Window(lengths, rep.demand, k, attn_work)
+        try:
+            window = Window(lengths, rep.demand, k, attn_work)
+        except InputError as exc:
+            if exc.field != "demand":
+                raise
+            # the window's demand is the caller's routing (ids or counts) read against the
+            # lengths: name what was passed, not the internal array
+            given = "lengths" if inputs["lengths"] == "lengths" else "routing"
+            raise InputError(given, exc.message + (" (the routing does not fit these lengths)"
+                                                   if given == "lengths" else "")) from None
         meta = {"step": self.step}
         return Instance(window, self.cluster, self.cost_model(window.num_layers),
                         self._spec.name if self._spec is not None else "custom", meta), inputs

@@ -412,3 +412,21 @@ def test_a_float_id_past_int64_is_named_as_given():
     routing[1][0, 0, 0] = 1e20
     with pytest.raises(InputError, match=r"^routing\[1\]: holds the expert id 1e\+20"):
         Planner(Cluster(dp=2, edp=1, ep=2, capacity=64), COST, time_limit=0.5).plan(routing=routing, num_experts=8)
+
+
+def test_routing_that_does_not_fit_the_lengths_names_the_lengths():
+    """Ids of 10 tokens given with a length of 4 (and counts of 67 routed tokens with T = 33,
+    k = 2): one line naming ``lengths``, which the caller passed, not the internal
+    ``demand``."""
+    planner = Planner(Cluster(dp=2, edp=1, ep=2, capacity=256), COST, time_limit=0.5)
+    routing = routing_of(5, n=6, low=5, high=12)
+    lengths = [ids.shape[0] for ids in routing]
+    lengths[5] = 4
+    with pytest.raises(InputError, match=r"^lengths: sample 5, layer 0.* \(the routing does not fit these lengths\)$"):
+        planner.plan(lengths=lengths, routing=routing, num_experts=8)
+    counts = np.zeros((6, 3, 8), dtype=np.int64)
+    counts[:, :, 0] = counts[:, :, 1] = 33
+    counts[2, 0, 2] = 1
+    with pytest.raises(InputError, match=r"^lengths: sample 2, layer 0 routes 67 tokens, more than top_k x T = "
+                                         r"2 x 33 = 66"):
+        planner.plan(lengths=np.full(6, 33), routing=counts, top_k=2)
