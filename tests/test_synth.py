@@ -136,3 +136,16 @@ def test_generate_default_top_k_follows_fewer_experts():
     """An E override below the spec's k caps the default k (an explicit k is checked)."""
     inst = generate("ling-tiny-like", samples=8, dp=4, ep=2, capacity=4096, layers=1, experts=4, seed=0)
     assert inst.window.top_k == 4
+
+
+def test_ranks_that_do_not_divide_the_experts_fail_before_the_routing():
+    """P = 3 ranks for E = 8 experts: one line naming cluster.ep before any routing is drawn
+    (the progress callback never runs; 3000 samples x 40 layers drew minutes of routing
+    first)."""
+    from rp_opt import InputError
+    from rp_opt.synth import generate
+
+    steps = []
+    with pytest.raises(InputError, match=r"^cluster\.ep: P=3 does not divide E=8$"):
+        generate(samples=10, dp=2, ep=3, layers=1, experts=8, top_k=2, progress=lambda *a: steps.append(a))
+    assert steps == []
