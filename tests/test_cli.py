@@ -233,3 +233,21 @@ def test_place_progress_is_logged_off_a_terminal(caplog, capsys):
     layers = json.loads(capsys.readouterr().out)["placement"]
     lines = [r.getMessage() for r in caplog.records if r.name == "rp_opt.progress"]
     assert len(lines) == len(layers) and lines[0].startswith(f"place 1/{len(layers)} ")
+
+
+def test_show_says_when_the_plan_file_claims_another_score(tmp_path, capsys):
+    """``show --plan`` recomputes the score; a file that claims another one is said to (as
+    ``eval`` says it), and ``--json`` carries ``score_matches``."""
+    plan = str(tmp_path / "p.json")
+    assert main(["plan", "--solver", "baseline", "-o", plan, "--json"]) == 0
+    capsys.readouterr()
+    data = json.load(open(plan))
+    assert main(["show", "--plan", plan, "--json"]) == 0
+    assert _json(capsys)["plan"]["score_matches"] is True
+    data["score"][0] += 1.0
+    json.dump(data, open(plan, "w"))
+    assert main(["show", "--plan", plan]) == 0
+    assert f"the plan file claims {data['score']}" in capsys.readouterr().out
+    assert main(["show", "--plan", plan, "--json"]) == 0
+    out = _json(capsys)["plan"]
+    assert out["score_matches"] is False and out["claimed_score"] == data["score"]

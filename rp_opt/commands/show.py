@@ -57,6 +57,11 @@ def run(args) -> int:
                         # where the primary sits above the bound, in the gap's units
                         "gap_split": bounds.gap_split(costs, plan.objective, relative=True),
                         "valid": report.valid, "violations": list(report.violations)}
+        if plan.score:
+            # the score the file claims, against the recomputed one (eval says the same)
+            info["plan"]["claimed_score"] = list(plan.score)
+            info["plan"]["score_matches"] = all(abs(a - b) <= 1e-6 * max(1.0, abs(b))
+                                                for a, b in zip(score, plan.score))
     code = 0 if report is None or report.valid else 1
     if args.json:
         emit_json(info)
@@ -81,4 +86,6 @@ def run(args) -> int:
             line += f", gap {100 * pl['gap']:.3f} %: " + ", ".join(f"{k} {100 * v:.3f} %"
                                                                 for k, v in pl["gap_split"].items())
         print(line)
+        if pl.get("score_matches") is False:
+            print(f"  the plan file claims {list(plan.score)}")
     return code
