@@ -511,11 +511,17 @@ def row_maxima_attention(attention: np.ndarray, num_rows: int, num_slots: int) -
     return float(b[-1] + others.sum())
 
 
+def _row_forms(agg: Aggregate) -> tuple[bool, bool]:
+    """(``agg`` is sum_r max_g, ``agg`` sums over rows): the forms the row bounds hold for."""
+    per_row = agg.inner == "max" and agg.over == "shards" and agg.outer == "sum"
+    rows_summed = (agg.over == "rows" and agg.inner == "sum") or (agg.over == "shards" and agg.outer == "sum")
+    return per_row, rows_summed
+
+
 def _per_row(agg: Aggregate, num_shards: int) -> bool:
     """An aggregate equal to a multiple of sum_r max_g J: sum_r max_g, and with G = 1 every
     sum over rows (attention and expert weighed alike)."""
-    per_row = agg.inner == "max" and agg.over == "shards" and agg.outer == "sum"
-    rows_summed = (agg.over == "rows" and agg.inner == "sum") or (agg.over == "shards" and agg.outer == "sum")
+    per_row, rows_summed = _row_forms(agg)
     return agg.attention == agg.expert and (per_row or (num_shards == 1 and rows_summed))
 
 
@@ -593,12 +599,11 @@ class CostBounds:
         sum_r max_g A), with G = 1 any sum over rows (sum_r J = sum_r A + sum_r X: Eq. 4 adds
         the expert bound), and sum_r max_g J for any G."""
         total = agg.inner == "sum" and agg.outer == "sum"
-        rows_summed = (agg.over == "rows" and agg.inner == "sum") or (agg.over == "shards" and agg.outer == "sum")
+        per_row, rows_summed = _row_forms(agg)
         if total or (self.num_shards == 1 and rows_summed):
             return agg.attention * self.row_attention + agg.expert * self.expert_total
         # max_g (a A + b X) >= a A[r,g] at the shard of the row's longest sample (X >= 0)
-        row_maxima = agg.inner == "max" and agg.over == "shards" and agg.outer == "sum"
-        return agg.attention * self.row_attention if row_maxima else 0.0
+        return agg.attention * self.row_attention if per_row else 0.0
 
     def uses_row_maxima(self, objective) -> bool:
         """Whether the primary of ``objective`` takes the full-row bound (``row_charge``,

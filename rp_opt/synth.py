@@ -270,7 +270,7 @@ def generate(model: str = "ling-tiny-like", samples: int = 256, dp: int = 8, edp
     num_layers, num_experts, k = args["layers"], args["experts"], args["top_k"]
     cluster = Cluster(dp, edp, ep, args["capacity"], max_samples_per_cell)
     # before the routing is drawn (minutes for a large window), as the Instance would after
-    require(num_experts % cluster.ep == 0, "cluster.ep", f"P={cluster.ep} does not divide E={num_experts}")
+    cluster.check_experts(num_experts)
     length_seed, routing_seed, drift_seed = np.random.SeedSequence(args["seed"]).spawn(3)
     lengths, group_of = synth_lengths(args["samples"], args["capacity"], np.random.default_rng(length_seed),
                                       group_size=args["group_size"], truncated=args["truncated"],

@@ -325,13 +325,13 @@ class Cluster:
         """g(d) = d div (D/G) for every slot d."""
         return np.arange(self.dp) // self.slots_per_shard
 
+    def check_experts(self, num_experts: int) -> None:
+        """Check that E = ``num_experts`` experts spread evenly over the P ranks."""
+        require(num_experts % self.ep == 0, "cluster.ep", f"P={self.ep} does not divide E={num_experts}")
+
     def validate_window(self, window: Window) -> None:
         """Check that ``window`` can run on this cluster at all (E divisible by P, T_i <= C)."""
-        require(
-            window.num_experts % self.ep == 0,
-            "cluster.ep",
-            f"P={self.ep} does not divide E={window.num_experts}",
-        )
+        self.check_experts(window.num_experts)
         too_long = np.flatnonzero(window.lengths > self.capacity)
         if too_long.size:
             i = int(too_long[0])

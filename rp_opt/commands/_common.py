@@ -125,6 +125,12 @@ def check_plan_data(instance: Instance, data: dict, objective, rows: int | None 
     return check_plan(instance, data["placement"], data["rows"], objective, rows)
 
 
+def scores_match(score, claimed) -> bool:
+    """Whether a plan file's ``claimed`` score is the recomputed ``score``, level by level
+    (to 1e-6 relative: the file holds the solver's floats)."""
+    return all(abs(a - b) <= 1e-6 * max(1.0, abs(b)) for a, b in zip(score, claimed))
+
+
 def require_score(data: dict) -> None:
     """:class:`InputError` on ``score`` unless the raw plan's stored score (if any) is a
     list of numbers."""

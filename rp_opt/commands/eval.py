@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..io import check_fingerprint, read_plan_file
 from ..objectives import get_objective
-from ._common import add_cost, add_json, check_plan_data, emit_json, int_arg, open_instance, require_score
+from ._common import (add_cost, add_json, check_plan_data, emit_json, int_arg, open_instance, require_score,
+                      scores_match)
 
 
 def register(sub) -> None:
@@ -36,8 +37,8 @@ def run(args) -> int:
         out["claimed_score"] = claimed
         out["claimed_objective"] = data.get("objective")
         # a score under another objective is not comparable: null, neither a match nor not
-        out["score_matches"] = None if objective.name != data.get("objective") else all(
-            abs(a - b) <= 1e-6 * max(1.0, abs(b)) for a, b in zip(report.score, claimed))
+        same = objective.name == data.get("objective")
+        out["score_matches"] = scores_match(report.score, claimed) if same else None
     if args.bound and report.score is not None:
         out.update(window_bound(instance, out["num_rows"], objective, report.score[0]))
     if args.json:

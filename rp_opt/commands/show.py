@@ -10,7 +10,7 @@ from ..cost import layout_costs, rank_load
 from ..objectives import get_objective
 from ..result import relative_gap
 from ..solution import Placement
-from ._common import add_cost, add_json, emit_json, load_plan_for, open_instance, table
+from ._common import add_cost, add_json, emit_json, load_plan_for, open_instance, scores_match, table
 
 
 def register(sub) -> None:
@@ -60,8 +60,7 @@ def run(args) -> int:
         if plan.score:
             # the score the file claims, against the recomputed one (eval says the same)
             info["plan"]["claimed_score"] = list(plan.score)
-            info["plan"]["score_matches"] = all(abs(a - b) <= 1e-6 * max(1.0, abs(b))
-                                                for a, b in zip(score, plan.score))
+            info["plan"]["score_matches"] = scores_match(score, plan.score)
     code = 0 if report is None or report.valid else 1
     if args.json:
         emit_json(info)

@@ -236,7 +236,7 @@ def _rows_pyomo(m, problem: LayerProblem):
     import pyomo.environ as pyo
 
     # Python floats: a numpy scalar times a Pyomo variable goes through numpy's ufunc
-    # dispatch, 0.85 s per layer of a 1000-sample window's 232 groups (now about 0.1 s)
+    # dispatch: 0.85 s per layer of a 1000-sample window's rows model before, 0.38 s after
     cell = np.asarray(problem.cell_load, dtype=float).tolist()
     m.C = pyo.RangeSet(0, len(cell) - 1)
     m.y = pyo.Var(m.C, within=pyo.NonNegativeReals)

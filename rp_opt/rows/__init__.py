@@ -300,10 +300,9 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
     if k_max == 0:
         # which fewer slots work depends on the bins the lengths need: FFD's count (N < D here)
         bins = int(heuristics.first_fit_decreasing(lengths, c, m).max(initial=-1)) + 1
-        more = f"add {d - n} sample{'s' if d - n > 1 else ''}"
         return done(INFEASIBLE, None, None, None, "samples", None, None, None,
                     reason=f"window has {n} samples for {d} cells (one row of D={d} slots); every cell needs a sample",
-                    fix=_fewer_slots(bins, n, d, more))
+                    fix=_fewer_slots(bins, n, d, d - n))
 
     s = _Search(lengths, c, m)
     t0 = time.perf_counter()
@@ -514,8 +513,7 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
     lower_rows = _ceil_div(s.lower, d)
     if proven_infeasible():
         need = lower_rows * d
-        more = f"add {need - n} sample{'s' if need - n > 1 else ''}"
-        fix = _fewer_slots(s.upper, n, d, more)
+        fix = _fewer_slots(s.upper, n, d, need - n)
         if s.method == "cardinality":
             # the per-cell limit m, not the lengths, forces the cells (lengths [10, 20, 30],
             # C = 100, m = 1 fit one cell but need three)
@@ -549,12 +547,13 @@ def _closed(s: _Search, d: int, n: int) -> bool:
     return s.upper is not None and _ceil_div(s.lower, d) == _ceil_div(s.upper, d) and _ceil_div(s.upper, d) * d <= n
 
 
-def _fewer_slots(upper: int | None, n: int, d: int, more: str, shown: int = 4) -> str:
-    """The fix of an infeasible window: the slot counts D' other than D whose layout a packing into
-    ``upper`` bins guarantees (ceil(U / D') D' <= N: the N samples fill the cells), as "at
-    most X" when every count up to X works, else the largest ``shown`` of them; or just
-    ``more`` (add samples). Not every D' below the largest works: [10] * 5 in C = 10 fills
-    D' = 5 or 1, not 2 to 4."""
+def _fewer_slots(upper: int | None, n: int, d: int, missing: int, shown: int = 4) -> str:
+    """The fix of an infeasible window: the slot counts D' other than D whose layout a
+    packing into ``upper`` bins guarantees (ceil(U / D') D' <= N: the N samples fill the
+    cells), as "at most X" when every count up to X works, else the largest ``shown`` of
+    them; or just adding the ``missing`` samples. Not every D' below the largest works:
+    [10] * 5 in C = 10 fills D' = 5 or 1, not 2 to 4."""
+    more = f"add {missing} sample{'s' if missing > 1 else ''}"
     if upper is None or upper < 1:
         return more
     works = [dd for dd in range(n, 0, -1) if dd != d and _ceil_div(upper, dd) * dd <= n]

@@ -42,14 +42,13 @@ class PyomoPacking:
         # parts the objective weighs (X alone with gamma 1e-6 next to attention ~100 was
         # otherwise ~1e-6, below HiGHS's absolute tolerances: bounds above the optimum)
         weighs_attention, weighs_expert = objective.weighs
-        per_sample = (data.att.sum(axis=0) * weighs_attention
-                      + data.gamma * dem.max(axis=2).sum(axis=1) * weighs_expert)
-        largest = float(per_sample.max(initial=0.0))
+        attention_part, expert_part = data.att.sum(axis=0), data.gamma * dem.max(axis=2).sum(axis=1)
+        largest = float((attention_part * weighs_attention + expert_part * weighs_expert).max(initial=0.0))
         if largest <= 0:
             # the weighed parts cost nothing (X alone with gamma = 0): scale by both parts, or
             # not at all (a unit of 1e302 put the other part's coefficients past HiGHS's
             # infinity, and its y came back as no layout)
-            largest = float((data.att.sum(axis=0) + data.gamma * dem.max(axis=2).sum(axis=1)).max(initial=0.0))
+            largest = float((attention_part + expert_part).max(initial=0.0))
         self.unit = 100.0 / largest if largest > 0 else 1.0
         att = data.att * self.unit
         gamma = data.gamma * self.unit
