@@ -238,6 +238,24 @@ def score(instance: Instance, placement: Placement, layout: Layout, objective="s
     """The lexicographic score of a plan under ``objective`` (a registered name or an
     :class:`Objective`).
 
+    Parameters
+    ----------
+    instance
+        Window, cluster and cost model.
+    placement, layout
+        The plan.
+    objective
+        Registered objective name (default ``sync``) or :class:`Objective`.
+    demand_by_rank
+        ``rank_demand(window, placement)`` ([N, L, P]) when the caller already has it;
+        used as given, not checked against ``placement``. None: computed here.
+
+    Returns
+    -------
+    tuple of float
+        The objective's levels, primary first (:meth:`Objective.evaluate` of
+        :func:`layout_costs`).
+
     Raises
     ------
     InputError

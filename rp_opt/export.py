@@ -117,7 +117,29 @@ def placement_in_force(previous_phy2log: np.ndarray, num_ranks: int) -> Placemen
 def relabel_to_previous(plan: Plan, previous_phy2log: np.ndarray) -> tuple[Plan, dict]:
     """``plan`` with its ranks relabelled per layer so that the most experts stay on the rank
     that holds them under the map in force (rank labels are symmetric: the score stays),
-    and how many stay: ``experts`` (L E), ``kept_on_rank``, ``kept_without_relabelling``."""
+    and how many stay: ``experts`` (L E), ``kept_on_rank``, ``kept_without_relabelling``.
+
+    Parameters
+    ----------
+    plan
+        The plan to relabel (its layout, objective, score and stats are kept).
+    previous_phy2log
+        The physical map in force, [L, E] (slot s of layer l holds expert
+        ``previous_phy2log[l, s]``; rank p owns slots p E/P .. (p+1) E/P - 1), every layer
+        a permutation of the experts (:func:`checked_phy2log`). At a trainer's first
+        step, the identity ``np.tile(np.arange(E), (L, 1))``.
+
+    Returns
+    -------
+    (Plan, dict)
+        The relabelled plan (a layer whose labels already keep the most experts keeps
+        them), and ``{"experts", "kept_on_rank", "kept_without_relabelling"}``.
+
+    Raises
+    ------
+    InputError
+        ``previous_phy2log`` not such a map (one line naming ``previous_phy2log``).
+    """
     placement = plan.placement
     prev = checked_phy2log(previous_phy2log, placement.num_layers, placement.num_experts)
     current = placement_in_force(prev, placement.num_ranks)

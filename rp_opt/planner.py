@@ -88,6 +88,18 @@ class StepPlan:
         returned plan; ``inputs`` (where E, k and the lengths came from: the call, the
         routing, the model spec, or derived); ``migration_decision`` when the planner has
         a ``migration_cost``.
+    placement, layout
+        Properties: ``plan.placement`` and ``plan.layout``.
+    rows, num_rows
+        Properties: ``rows[r][d]`` = sample indices of cell (r, d); the plan's row count R.
+    r_star
+        Property: R* from :attr:`certificate` (None when it was not proven in time).
+    score
+        Property: the returned plan's lexicographic score (``plan.score``).
+    bound, bound_scope, gap, status, decision, solver, engine
+        Properties of the returned plan and the solve (each documented below).
+    seconds
+        Property: wall time of the whole step, ``timings["total"]``.
     """
 
     step: int
@@ -102,10 +114,12 @@ class StepPlan:
 
     @property
     def placement(self) -> Placement:
+        """The returned plan's placement (``plan.placement``)."""
         return self.plan.placement
 
     @property
     def layout(self) -> Layout:
+        """The returned plan's layout (``plan.layout``)."""
         return self.plan.layout
 
     @property
@@ -115,14 +129,19 @@ class StepPlan:
 
     @property
     def num_rows(self) -> int:
+        """Rows R of the returned plan's layout."""
         return self.plan.layout.num_rows
 
     @property
     def r_star(self) -> int | None:
+        """R*, the certified minimum row count (``certificate.r_star``); None when the
+        certifier did not prove it within its share of the time limit."""
         return self.certificate.r_star
 
     @property
     def score(self) -> tuple[float, ...]:
+        """Lexicographic score of the returned plan under the planner's objective
+        (``plan.score``)."""
         return self.plan.score
 
     @property
@@ -174,6 +193,7 @@ class StepPlan:
 
     @property
     def seconds(self) -> float:
+        """Wall time of the whole step in seconds (``timings["total"]``; 0 when absent)."""
         return float(self.timings.get("total", 0.0))
 
     def to_dict(self) -> dict:
@@ -245,6 +265,12 @@ class Planner:
         Seed each step with the previous step's plan where its shape allows. (Whatever
         this says, a step returns the previous plan instead of a worse one when it is
         still valid: module docstring.)
+    fallback
+        True (default): when the mode's solver is not installed, use the next installed
+        one along :data:`MODES` (logged at INFO on the ``rp_opt`` logger;
+        ``step.solver`` says which one ran). False: only the mode's own solver; when it is
+        not installed, the constructor raises :class:`~rp_opt.errors.InputError` naming
+        ``mode``.
     certify_share
         Share of ``time_limit`` given to the R* certifier, in (0, 1): the rest is the solver's.
     keep_placement

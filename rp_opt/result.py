@@ -21,7 +21,22 @@ GIVEN_PLACEMENT = "the given placement"    # layouts for the plan's own placemen
 
 @dataclass(frozen=True)
 class Plan:
-    """Placement + layout, with the objective it was scored under and its score."""
+    """Placement + layout, with the objective it was scored under and its score.
+
+    Attributes
+    ----------
+    placement
+        Rank of every expert of every layer (:class:`~rp_opt.solution.Placement`).
+    layout
+        Row and DP slot of every sample (:class:`~rp_opt.solution.Layout`); R is
+        :attr:`num_rows`.
+    objective
+        Name of the objective ``score`` is under.
+    score
+        Lexicographic score under ``objective``, primary level first.
+    stats
+        Figures of the solver that made the plan (e.g. ``solver``); not compared by ``==``.
+    """
 
     placement: Placement
     layout: Layout
@@ -34,6 +49,7 @@ class Plan:
 
     @property
     def num_rows(self) -> int:
+        """Rows R of the layout."""
         return self.layout.num_rows
 
     def to_dict(self) -> dict:
@@ -100,6 +116,8 @@ class Result:
 
     @property
     def gap(self) -> float | None:
+        """(score - bound) / |score| of the primary level (:func:`relative_gap`): at least
+        0, 0 when both are 0, None without a plan or a bound or when either is not finite."""
         return relative_gap(self.score[0] if self.score else None, self.bound)
 
     def status_text(self) -> str:

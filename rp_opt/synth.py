@@ -254,6 +254,16 @@ def generate(model: str = "ling-tiny-like", samples: int = 256, dp: int = 8, edp
     seed
         Seed of every random draw. Windows with the same seed and different
         ``drift_steps`` share lengths and base routing, and differ only by the drift.
+    group_size
+        Samples per prompt group (GRPO-style responses to one prompt, an integer >= 1,
+        default 8): consecutive samples i // group_size share a prompt (and its length)
+        and their routing is correlated by ``group_corr``.
+    truncated
+        Share of samples, in [0, 1] (default 0.08), whose response is cut at the maximum
+        response length (C minus the prompt's length): the spike of samples of length C.
+    median_response
+        Median of the log-normal response lengths in tokens, > 0 (default None: C / 10);
+        responses are clipped at the maximum response length.
     skew, group_corr, topic_corr
         Routing knobs: popularity skew across experts, correlation within a prompt group
         and within a topic.

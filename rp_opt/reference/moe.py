@@ -170,10 +170,27 @@ def train_step(model: TinyMoE, samples: list[torch.Tensor], cells: list[list[int
     The loss of a cell is divided by the window's predicted tokens, so the accumulated loss
     and gradients equal those of the whole window in one pass, for any layout.
 
+    Parameters
+    ----------
+    model
+        The :class:`TinyMoE` to train; its gradients are zeroed first, then accumulated
+        (no optimizer step is taken).
+    samples
+        Token ids of every sample of the window ([T_i] each); the loss is normalised by
+        all of them (:func:`predicted_tokens`), so ``cells`` should hold every index once.
+    cells
+        Microbatches in execution order, each a list of indices into ``samples`` packed
+        into one forward pass (e.g. :func:`layout_cells` of a plan's rows).
+    replay
+        Per sample (window order), the routing to force ([T_i, L, k] logical expert ids)
+        instead of the router's top-k choice; the gate weights are still the router's
+        softmax over the forced ids. None: free routing.
+
     Returns
     -------
     (loss, routing)
-        The step's loss and the routing of every sample (window order).
+        The step's loss and the routing of every sample (window order; [T_i, L, k] int64
+        arrays, None for a sample in no cell).
     """
     model.zero_grad(set_to_none=True)
     total = predicted_tokens(samples)

@@ -272,6 +272,10 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     time_limit
         Seconds for the whole lexicographic sequence (a cheap start is built first so a
         plan always comes back when one exists and is easy to find).
+    seed
+        An integer in [0, 2^31 - 1] (checked by :func:`check_args`), passed to every solve
+        it runs: CP-SAT's and HiGHS's ``random_seed`` (the model, the row search, the
+        pooled bound, the relaxation, the polish) and the heuristic start's ``seed``.
     start
         A layout to start from (any row/slot/shard order: it is canonicalised).
     witness
@@ -284,12 +288,12 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
         Symmetry-breaking chains (the model then numbers the samples heaviest first, see
         :func:`.common.heaviest_first`); Eq. 4 and average bounds as constraints.
     workers, subsolvers
-        CP-SAT's full-problem workers by name (default ``"proof"``: for each solve,
-        the ones that prove the benchmark's packing windows fastest,
+        CP-SAT's threads, None or an integer in [1, 256] (default None: one per
+        subsolver plus one for its interleaved LNS, 8 with CP-SAT's portfolio), and its
+        full-problem workers by name (default ``"proof"``: for each solve, the ones that
+        prove the benchmark's packing windows fastest,
         :func:`.cpsat_model.proof_subsolvers`; None or ``"cpsat"``: CP-SAT's own
-        portfolio; a comma-separated string is split) and its threads (default:
-        one per subsolver plus one for its interleaved LNS, 8 with CP-SAT's portfolio).
-        HiGHS runs one thread.
+        portfolio; a comma-separated string is split). HiGHS runs one thread.
     heuristic_start
         Without ``start``, also run the production heuristic (``heuristic`` planner, same
         placement and R) for min(10% of the time limit, 0.15 s per sample, 5 s) and start
@@ -337,6 +341,9 @@ def solve_packing(instance: Instance, placement: Placement, num_rows: int, *, ob
     mip_start
         HiGHS only: pass ``start`` as a MIP start (HiGHS then runs without presolve, see
         :mod:`.pyomo_model` for the HiGHS 1.16 bug this avoids); CP-SAT always gets hints.
+    solver_name
+        The name the returned :class:`Result` carries as ``solver`` (also in its plan's
+        ``stats["solver"]``); default ``"exact"``.
 
     Returns
     -------
