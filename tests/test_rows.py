@@ -17,8 +17,9 @@ from rp_opt.cli import main
 from rp_opt.io import save_instance
 from rp_opt.errors import InputError
 from rp_opt.rows import arcflow, certify_bins, certify_rows, read_bpplib, rounding
-from rp_opt.rows.bounds import l2_bound
-from rp_opt.rows.heuristics import expand_bins, first_fit_decreasing, minimum_bin_slack, packing_violation
+from rp_opt.rows.bounds import cardinality_bound, item_count_bound, l1_bound, l2_bound
+from rp_opt.rows.heuristics import (expand_bins, first_fit_decreasing, minimum_bin_slack, packing_violation,
+                                   worst_fit_decreasing)
 from rp_opt.solution import Placement
 from rp_opt.window import Cluster, CostModel, Instance, Stage, Window
 
@@ -78,6 +79,52 @@ def brute_force_rows(lengths, capacity, dp, m):
 def test_l2_beats_l1_on_half_items():
     """Three items of 6 in bins of 10: L1 = 2, but no two fit together, so L2 = 3."""
     assert l2_bound(np.array([6, 6, 6]), 10) == 3
+
+
+def test_item_count_bound_counts_long_items_alone():
+    """Two items of 99 and eight of 5, C = 100, m = 3: no item fits beside a 99, so they
+    take a bin each, and the eight 5s need ceil(8 / 3) = 3 more: 5 bins, where L1 = L2 = 3
+    and N / m = 4. Brute force agrees."""
+    sizes = np.array([99, 99] + [5] * 8)
+    assert item_count_bound(sizes, 100, 3) == 5
+    assert max(l1_bound(sizes, 100), l2_bound(sizes, 100), cardinality_bound(sizes.size, 3)) == 4
+    assert brute_force_rows(sizes.tolist(), 100, 1, 3) == 5
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=7), st.integers(12, 16), st.sampled_from([None, 1, 2, 3]))
+def test_item_count_bound_never_exceeds_the_optimum(sizes, capacity, m):
+    """On tiny instances, the item-count bound is at most the least bin count (brute force)."""
+    assert item_count_bound(np.array(sizes), capacity, m) <= brute_force_rows(sizes, capacity, 1, m)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=12), st.integers(12, 16), st.sampled_from([None, 1, 2, 3]),
+       st.integers(1, 6))
+def test_worst_fit_packs_into_the_bins_asked_or_says_none(sizes, capacity, m, bins):
+    """WFD into K bins returns a packing of exactly K non-empty bins (when N >= K) within
+    capacity and m, or None."""
+    sizes = np.array(sizes)
+    out = worst_fit_decreasing(sizes, capacity, bins, m)
+    if out is not None:
+        assert out.max() < bins
+        assert packing_violation(sizes, out, capacity, m, num_bins=bins if sizes.size >= bins else None) is None
+
+
+def test_sample_limit_with_full_length_samples_is_proven_at_once():
+    """A synthetic window of 2048 samples, 8 % of them at full length C, D = 32, m = 5: FFD
+    strands the short samples (619 cells, 20 rows), and L1 (491 cells) is far below the
+    optimum. WFD into 18 rows and the item-count bound (the 179 samples that nothing fits
+    beside, plus ceil(1869 / 5)) prove R* = 18 well within the limit (it stopped at 20 rows
+    unproven, 1.5 s into a 10-s limit)."""
+    from rp_opt import synth
+
+    inst = synth.generate(samples=2048, dp=32, edp=8, ep=8, capacity=32768, max_samples_per_cell=5, layers=2,
+                          experts=16, top_k=2, seed=2)
+    cert = certify_rows(inst.window, inst.cluster, time_limit=10)
+    assert cert.status == "optimal" and cert.r_star == 18 and cert.bound_method == "item count"
+    assert cert.stats["bounds"]["item count"] > max(cert.stats["bounds"]["L2"], cert.stats["bounds"]["cardinality"])
+    assert_witness(make_instance(inst.window.lengths, 32, 32768, 5), cert)
 
 
 def test_expand_bins_keeps_packing_valid():
@@ -512,6 +559,10 @@ def test_row_count_reason_names_the_counting_argument():
         "R=1 rows hold R*D=2 cells, but with at most m=3 samples per cell the N=8 samples need at least 3 cells "
         "(N/m bound)")
     assert row_count_reason([2, 4, 2, 2, 4], 2, 1, 7) is None
+    # two 99s and eight 5s in C = 100, m = 3: five cells (each 99 alone), L2 and N/m say 3 and 4
+    assert row_count_reason([99, 99] + [5] * 8, 1, 4, 100, max_per_cell=3) == (
+        "R=1 rows hold R*D=4 cells, but counting the samples that fit beside each one, the N=10 samples need at "
+        "least 5 cells of C=100 (item-count bound)")
 
 
 def test_infeasible_reason_names_m_when_the_sample_limit_forces_the_cells():

@@ -5,6 +5,7 @@ and the expansion of a packing into exactly K non-empty bins (MODEL.md, "Minimum
 from __future__ import annotations
 
 import bisect
+import heapq
 import time
 
 import numpy as np
@@ -64,6 +65,41 @@ def best_fit_decreasing(sizes: np.ndarray, capacity: int, max_items: int | None 
         bin_of[i] = b
         if count[b] < limit:
             bisect.insort(keys, (res, b))
+    return bin_of
+
+
+def worst_fit_decreasing(sizes: np.ndarray, capacity: int, num_bins: int,
+                         max_items: int | None = None) -> np.ndarray | None:
+    """WFD into ``num_bins`` bins: items by non-increasing size, each into the least-loaded
+    bin that has fewer than m items (None when an item fits no bin).
+
+    Where m binds, FFD and BFD fill their first bins with m long items and strand the short
+    ones in bins of their own (N = 4096, C = 32768, m = 6: FFD 1139 bins, WFD 1024 with
+    L1 = 973); spreading the items over a fixed bin count keeps every bin below m.
+    A heap of (load, bin), O(N log K): the least-loaded bin is the only candidate, since
+    a longer load has less room, and a bin that reached m items leaves the heap.
+    """
+    sizes = np.asarray(sizes, dtype=np.int64)
+    k = int(num_bins)
+    if k <= 0:
+        return None
+    limit = sizes.size if max_items is None else int(max_items)
+    heap = [(0, b) for b in range(k)]              # already a heap: equal loads, bins in order
+    count = [0] * k
+    bin_of = np.empty(sizes.size, dtype=np.int64)
+    for i in np.argsort(-sizes, kind="stable").tolist():
+        if not heap:
+            return None                            # every bin holds m items
+        load, b = heap[0]
+        w = int(sizes[i])
+        if load + w > capacity:
+            return None
+        bin_of[i] = b
+        count[b] += 1
+        if count[b] < limit:
+            heapq.heapreplace(heap, (load + w, b))
+        else:
+            heapq.heappop(heap)
     return bin_of
 
 
