@@ -172,6 +172,8 @@ def _sync_optimum(instance, rows, assignments=None, placement=None):
     w, cl, cost = instance.window, instance.cluster, instance.cost
     cells, k = rows * cl.dp, cl.dp // cl.edp
     if assignments is None:
+        # a one-hot of cells^N x N x cells floats: 8^8 was 8.6 GB (2026-12-06)
+        assert cells ** w.num_samples <= 300_000, "too many layouts to enumerate"
         assignments = np.stack(np.meshgrid(*[np.arange(cells)] * w.num_samples, indexing="ij"),
                                axis=-1).reshape(-1, w.num_samples)
     onehot = np.zeros((assignments.shape[0], w.num_samples, cells))
@@ -286,10 +288,9 @@ def test_full_row_bound_below_brute_force(seed, shape, arbitrary_q, gamma):
     if arbitrary_q:
         q = np.where(rng.random(n) < 0.5, lengths.astype(float) ** 2, rng.random(n) * 1e4)
     inst = _instance(lengths, dp=dp, edp=edp, gamma=gamma, seed=seed, q=q)
-    if n == 8 and rows * dp == 8:
-        best = _sync_permutations(inst, rows)
-    else:
-        best = _sync_optimum(inst, rows)
+    # 8 samples in 8 cells: the 8! permutations, not the 8^8 assignments (8.6 GB of one-hot)
+    assignments = _permutations(n) if n == 8 and rows * dp == 8 else None
+    best = _sync_optimum(inst, rows, assignments)
     if not np.isfinite(best):
         return
     for bounds in (cost_bounds(inst, rows), cost_bounds(inst, rows, Placement.identity(2, 4, 2))):
@@ -298,7 +299,8 @@ def test_full_row_bound_below_brute_force(seed, shape, arbitrary_q, gamma):
     # best layout of every placement (each layer's 4 experts on 2 ranks: 3 ways)
     every = strong_bounds(inst, rows)
     if every.row_excess > max(every.row_charge, every.expert_total - every.token_expert):
-        best_every = min(_sync_optimum(inst, rows, placement=placement) for placement in _placements(2, 4, 2))
+        best_every = min(_sync_optimum(inst, rows, assignments, placement=placement)
+                         for placement in _placements(2, 4, 2))
         assert every.objective("sync")[0] <= best_every * (1 + 1e-9) + 1e-9, (every.row_excess, best_every)
     else:
         assert every.objective("sync")[0] <= best * (1 + 1e-9) + 1e-9
@@ -315,13 +317,11 @@ def _placements(layers, experts, ranks):
         yield Placement(np.stack(chosen), ranks)
 
 
-def _sync_permutations(instance, rows):
-    """As :func:`_sync_optimum` when every cell holds one sample (N = R D): every
-    permutation of the samples over the cells."""
+def _permutations(n):
+    """Every permutation of n samples over n cells, [n!, n] (the layouts when N = R D)."""
     import itertools
 
-    n = instance.window.num_samples
-    return _sync_optimum(instance, rows, np.array(list(itertools.permutations(range(n)))))
+    return np.array(list(itertools.permutations(range(n))))
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2", None])
@@ -358,7 +358,7 @@ def test_row_maxima_attention_below_brute_force(seed, shape):
     dp, edp, rows, n = shape
     rng = np.random.default_rng(seed)
     inst = _instance(rng.integers(1, 101, n), dp=dp, edp=edp, gamma=0.0, seed=seed)
-    best = _sync_permutations(inst, rows) if n == rows * dp and n <= 8 else _sync_optimum(inst, rows)
+    best = _sync_optimum(inst, rows, _permutations(n) if n == rows * dp and n <= 8 else None)
     if not np.isfinite(best):
         return
     bounds = cost_bounds(inst, rows)
