@@ -29,11 +29,21 @@ l1, l2, gamma >= 0: one non-negative least squares (:func:`scipy.optimize.nnls`)
 exact optimum of the piece. The best piece is the global fit, and its predictions are
 the model's own. With more than :data:`MAX_PIECES` pieces, :data:`MAX_PIECES` of them
 evenly spaced in the order of the ties are solved (``Fit.exhaustive`` False).
+
+Whether the times pin the totals is judged on the linear model of the best piece, with
+its regressors x_T, x_Q, x_W scaled to unit norm: no more times than the 3 totals, or
+linearly dependent regressors (the times cannot tell some totals apart), are refused
+(:class:`InputError`); otherwise the fit reports the least-squares standard error of each
+total and the condition number, and warns (``Fit.warnings``) when the condition number is
+above :data:`CONDITION_WARNING`, a standard error above :data:`RELATIVE_ERROR_WARNING` of its
+total, a regressor 0 in every time, the times all equal, or R^2 < 0.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import numbers
 import os
 from dataclasses import dataclass, field
 
@@ -46,6 +56,16 @@ from .result import Plan
 from .window import CostModel, Instance, Stage
 
 FORMAT = "rp-opt-timings/1"
+COEFFICIENTS = ("attention_tokens", "attention_pairs", "gamma")
+"""The fitted totals: a = sum_s n_s alpha_s, b = sum_s n_s beta_s and gamma."""
+CONDITION_WARNING = 1e3
+"""Condition number of the regressors (columns scaled to unit norm) above which the fit
+warns that the measured times hardly tell the coefficients apart."""
+RELATIVE_ERROR_WARNING = 0.1
+"""Standard error, as a fraction of its coefficient, above which the fit warns that the
+coefficient is poorly pinned by the measured times."""
+
+log = logging.getLogger("rp_opt")
 
 
 @dataclass(frozen=True)
@@ -95,6 +115,21 @@ class Fit:
         Pieces of rho between the ties of the maximising slots.
     exhaustive
         True when every piece was solved: the fit is the global optimum.
+    stderr
+        Standard error of each total (keys of ``totals``), seconds per unit: that of the
+        least-squares fit of the linear model of the fit's piece of rho (its maximising
+        slots fixed, the bounds at 0 not counted), from the residual variance
+        SSE / (observations - 3). Noise-free times give about 0; None for a total whose
+        regressor is 0 in every measured time (nothing measures it; fitted as 0).
+    condition
+        Condition number of the regressors of the three totals (x_T, x_Q, x_W at the fit's
+        maximising slots) with every column scaled to unit norm: 1 when the measured plans
+        vary the three independently, large when they hardly tell them apart (a warning
+        above :data:`CONDITION_WARNING`).
+    warnings
+        One line each: a total whose regressor is 0 in every measured time (fitted as 0),
+        totals the times hardly tell apart, a total whose standard error is above
+        :data:`RELATIVE_ERROR_WARNING` of its value, times all equal, R^2 < 0.
     """
 
     cost: CostModel
@@ -108,11 +143,22 @@ class Fit:
     measured: np.ndarray = field(repr=False, compare=False, default=None)
     pieces: int = 1
     exhaustive: bool = True
+    stderr: dict = field(default_factory=dict)
+    condition: float = 1.0
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def relative_stderr(self) -> dict:
+        """``stderr / total`` of each total (None for a total fitted as 0)."""
+        return {k: (self.stderr[k] / v if v > 0 and self.stderr.get(k) is not None else None)
+                for k, v in self.totals.items() if k in self.stderr}
 
     def to_dict(self) -> dict:
         return {"cost": self.cost.to_dict(), "r2": self.r2, "rel_rms": self.rel_rms, "rms": self.rms,
                 "observations": self.observations, "iterations": self.iterations, "pieces": self.pieces,
-                "exhaustive": self.exhaustive, "totals": dict(self.totals)}
+                "exhaustive": self.exhaustive, "totals": dict(self.totals), "stderr": dict(self.stderr),
+                "relative_stderr": self.relative_stderr, "condition": self.condition,
+                "warnings": list(self.warnings)}
 
 
 MAX_PIECES = 4096
@@ -199,7 +245,47 @@ def _pieces(ties: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray, int]:
     return lo, hi, int(lo.size)
 
 
-def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iterations: int | None = None) -> Fit:
+def _names(keys) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    keys = list(keys)
+    return keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + " and " + keys[-1]
+
+
+def _identify(x: np.ndarray, residual: np.ndarray, scale: float) -> tuple[float, np.ndarray, list[str]]:
+    """Whether the measured times pin the three totals, from the regressors ``x`` [n, 3] of
+    the fit's piece and its ``residual`` (in units of ``scale`` seconds).
+
+    Returns the condition number and the standard errors (seconds per unit; NaN for a total
+    whose regressor is 0 in every measured time: nothing measures it) of the least-squares
+    fit of the linear model ``x @ (a, b, gamma)``, with the columns of ``x`` scaled to unit
+    norm (tokens and token pairs differ by orders of magnitude), and the totals that make up
+    its least determined direction. Raises :class:`InputError` on ``times`` when the non-zero
+    columns are linearly dependent (numpy's matrix-rank tolerance): the times cannot tell
+    those totals apart, any mix of them along the null space fits alike."""
+    n = x.shape[0]
+    norms = np.linalg.norm(x, axis=0)
+    used = np.flatnonzero(norms > 0)
+    unit = x[:, used] / norms[used]
+    _, sv, vt = np.linalg.svd(unit, full_matrices=False)
+    tol = sv.max() * max(unit.shape) * np.finfo(np.float64).eps  # np.linalg.matrix_rank's tolerance
+    rank = int(np.sum(sv > tol))
+    if rank < used.size:
+        # the totals with a component in the null space: the data cannot tell them apart
+        null = np.abs(vt[rank:]).max(axis=0) > 1e-6
+        raise InputError("times", f"the {n} measured times cannot tell apart "
+                         f"{_names(COEFFICIENTS[k] for k, z in zip(used, null) if z)}: their regressors are "
+                         f"linearly dependent (rank {rank} of {used.size}); time plans whose rows differ in tokens, "
+                         "token pairs and expert load")
+    # least-squares covariance sigma^2 (U^T U)^-1 = sigma^2 V S^-2 V^T, sigma^2 = SSE / (n - p)
+    sigma2 = float((residual ** 2).sum()) / (n - used.size)
+    stderr = np.full(x.shape[1], np.nan)
+    stderr[used] = np.sqrt(sigma2 * ((vt / sv[:, None]) ** 2).sum(axis=0)) / norms[used] * scale
+    weak = [COEFFICIENTS[k] for k, w in zip(used, np.abs(vt[-1])) if w > 0.1]
+    return float(sv[0] / sv[-1]), stderr, weak
+
+
+def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iterations: int | None = None,
+             log_warnings: bool = True) -> Fit:
     """Fit alpha_s, beta_s, gamma to measured (row, shard) times: the least-squares optimum
     over non-negative coefficients (module docstring).
 
@@ -212,6 +298,22 @@ def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iteratio
         run's cost model).
     max_iterations
         Most pieces of rho = b / a to solve (default :data:`MAX_PIECES`).
+    log_warnings
+        Log ``Fit.warnings`` on the ``rp_opt`` logger (the CLI prints them itself).
+
+    Returns
+    -------
+    Fit
+        With the standard error of each total and the condition number of the regressors
+        (``Fit.stderr``, ``Fit.condition``): a total whose standard error is a large part of
+        its value is not pinned by the times, however close R^2 is to 1.
+
+    Raises
+    ------
+    InputError
+        On ``times``: no more measured times than the 3 totals; every measured time 0;
+        no non-negative fit; regressors that are linearly dependent (the measured plans
+        cannot tell some totals apart: every cell alike, say), naming those totals.
     """
     require(len(runs) >= 1, "runs", "need at least one measured plan")
     prior = runs[0].instance.cost if prior is None else prior
@@ -222,7 +324,11 @@ def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iteratio
     y_all = np.concatenate([run.times.ravel() for run in runs])
     measured = ~np.isnan(y_all)
     y = y_all[measured]
-    require(y.size >= 3, "times", f"hold {y.size} measured values; the fit needs at least 3")
+    unknowns = len(COEFFICIENTS)
+    # as many values as unknowns fit exactly whatever they are: nothing would check the model
+    require(y.size > unknowns, "times",
+            f"hold {y.size} measured values; the fit of {unknowns} coefficients ({_names(COEFFICIENTS)}) needs "
+            f"more than {unknowns} (time more rows, shards or plans)")
     require(bool(np.any(y > 0)), "times", f"all {y.size} measured values are 0; there is nothing to fit")
     u, v = _splits(prior)
     cells = [_Cells.of(run, prior) for run in runs]
@@ -254,11 +360,12 @@ def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iteratio
             f"cannot be fitted: every non-negative coefficient fit of the {y.size} measured values is 0 "
             "(do the times grow with the tokens of the rows?)")
     predicted = x @ coef
+    residual = predicted / scale - unit_y
+    condition, stderr, weak = _identify(x, residual, scale)
     stages = tuple(Stage(s.name, s.layers, coef[0] * u[k], coef[1] * v[k]) for k, s in enumerate(prior.stages))
     cost = CostModel(stages, float(coef[2]))
     # the statistics in units of the largest time too (r2 and the relative error do not
     # depend on them; the RMS error scales back)
-    residual = predicted / scale - unit_y
     total = float(((unit_y - unit_y.mean()) ** 2).sum())
     r2 = 1.0 - float((residual ** 2).sum()) / total if total > 0 else (1.0 if np.allclose(residual, 0) else 0.0)
     positive = y > 0
@@ -269,8 +376,35 @@ def fit_cost(runs: list[TimingRun], prior: CostModel | None = None, max_iteratio
         # in units of the largest ratio: a tiny time beside a huge one must not overflow the square
         rel_rms = peak * float(np.sqrt(np.mean((ratio / peak) ** 2))) if 0 < peak < np.inf else peak
     rms = float(np.sqrt(np.mean(residual ** 2))) * scale
-    totals = {"attention_tokens": float(coef[0]), "attention_pairs": float(coef[1]), "gamma": float(coef[2])}
-    return Fit(cost, r2, rel_rms, rms, int(y.size), int(lo.size), totals, predicted, y, pieces, lo.size == pieces)
+    totals = dict(zip(COEFFICIENTS, map(float, coef)))
+    warnings = []
+    idle = [c for c, e in zip(COEFFICIENTS, stderr) if np.isnan(e)]
+    if idle:
+        warnings.append(f"{_names(idle)}: the measured plans give {'it' if len(idle) == 1 else 'them'} no work "
+                        "(regressor 0 in every measured time): fitted as 0, not measured")
+    if condition > CONDITION_WARNING:
+        warnings.append(f"the measured times hardly tell apart {_names(weak)} (condition number {condition:.3g} of "
+                        "the regressors scaled to unit norm): see their standard errors")
+    # a standard error that moves no predicted time by 1e-6 of the largest time is rounding
+    # (a total fitted as 1e-23 +- 1e-22 to times that have none of it), not a loose total
+    loose = [(c, stderr[k] / coef[k]) for k, c in enumerate(COEFFICIENTS)
+             if coef[k] > 0 and stderr[k] > RELATIVE_ERROR_WARNING * coef[k]
+             and stderr[k] * float(x[:, k].max()) > 1e-6 * scale]
+    if loose:
+        warnings.append(f"{_names(c for c, _ in loose)} {'is' if len(loose) == 1 else 'are'} not pinned by the "
+                        f"times: standard error {_names(f'{100 * r:.3g} %' for _, r in loose)} of the value")
+    if total == 0:
+        warnings.append(f"all {y.size} measured times are equal ({y[0]:.6g} s): R^2 is undefined (reported as "
+                        f"{r2:g}); times that do not vary with the rows' work do not measure the cost model")
+    elif r2 < 0:
+        warnings.append(f"R^2 = {r2:.3g} < 0: the cost model fits these times worse than their mean "
+                        "(times of another window or plan, or not per (row, shard)?)")
+    if log_warnings:
+        for line in warnings:
+            log.warning("calibrate: %s", line)
+    return Fit(cost, r2, rel_rms, rms, int(y.size), int(lo.size), totals, predicted, y, pieces, lo.size == pieces,
+               {c: None if np.isnan(e) else float(e) for c, e in zip(COEFFICIENTS, stderr)}, condition,
+               tuple(warnings))
 
 
 def predicted_times(instance: Instance, plan: Plan, cost: CostModel) -> np.ndarray:
@@ -280,24 +414,85 @@ def predicted_times(instance: Instance, plan: Plan, cost: CostModel) -> np.ndarr
 
 
 # ------------------------------------------------------------------------- files
+def _time_value(t, field: str):
+    """One entry of a pair's times as written: None (not measured) or a finite float >= 0."""
+    if t is None or t is np.ma.masked:
+        return None
+    ok = isinstance(t, numbers.Real) and not isinstance(t, (bool, np.bool_))
+    try:
+        value = float(t) if ok else None
+    except OverflowError:  # an integer beyond the float range
+        value = None
+    require(value is not None and np.isfinite(value) and value >= 0, field,
+            f"must be a finite time >= 0 or None (not measured), got {t if value is None else value!r}")
+    return value
+
+
+def _time_rows(run: TimingRun | tuple, field: str) -> list[list[float | None]]:
+    """The [R][G] times of one entry of :func:`save_timings` as JSON values."""
+    if isinstance(run, TimingRun):
+        # a TimingRun's NaN marks a time that was not measured (its other values are checked)
+        return [[None if np.isnan(t) else float(t) for t in row] for row in run.times]
+    require(isinstance(run, (tuple, list)) and len(run) == 2 and isinstance(run[0], Plan), field,
+            "must be a pair (plan, times) or a TimingRun")
+    plan, times = run
+    if isinstance(times, np.ma.MaskedArray):
+        times = [[None if m else t for t, m in zip(row, mask)]
+                 for row, mask in zip(times.data.tolist(), np.ma.getmaskarray(times).tolist())]
+    elif isinstance(times, np.ndarray):
+        times = times.tolist()
+    rows = plan.layout.num_rows
+    shape = f"must be a rectangular [R][G] list of seconds with R = {rows} rows (None: not measured)"
+    require(isinstance(times, (list, tuple)) and len(times) == rows, f"{field}.times", shape)
+    times = [list(row) if isinstance(row, (list, tuple, np.ndarray)) else None for row in times]
+    require(all(row is not None and len(row) == len(times[0]) >= 1 for row in times), f"{field}.times", shape)
+    return [[_time_value(t, f"{field}.times[{r}][{g}]") for g, t in enumerate(row)] for r, row in enumerate(times)]
+
+
 def save_timings(path: str | os.PathLike, runs: list[tuple[Plan, np.ndarray]] | list[TimingRun],
                  windows: list[str | None] | None = None) -> None:
-    """Write measured times in the ``rp-opt-timings/1`` format (a trainer's logging helper)."""
+    """Write measured times in the ``rp-opt-timings/1`` format (a trainer's logging helper).
+
+    Parameters
+    ----------
+    path
+        File to write (standard JSON: no NaN or Infinity in it).
+    runs
+        One entry per measured plan: a pair ``(plan, times)`` or a :class:`TimingRun`.
+        ``times[r][g]`` is the time in seconds of row r on EDP shard g, [R][G] for the plan's
+        R rows (a nested list or an array): a finite number >= 0, or None for a time that
+        was not measured (written as ``null``; in a :class:`numpy.ma.MaskedArray`, a masked
+        entry). A TimingRun's NaN entries are its times that were not measured (``null``).
+    windows
+        Window file of each run, written as its ``window`` (the reader resolves a relative
+        path against the timings file's directory); None, or a None entry: the run names no
+        window and the reader's ``--window`` applies. As many entries as ``runs``.
+
+    Raises
+    ------
+    InputError
+        One line naming the entry (``runs[1].times[0][2]: must be a finite time >= 0 or
+        None (not measured), got nan``): a NaN, infinite or negative time (a broken
+        measurement, which ``rp-opt calibrate`` would refuse), times that are not [R][G],
+        or ``windows`` of another length than ``runs``. Nothing is written then.
+    """
     from .io import plan_to_dict
 
+    runs = list(runs)
+    require(windows is None or len(windows) == len(runs), "windows",
+            f"has {len(windows) if windows is not None else 0} entries, runs has {len(runs)}")
     out = []
     for k, item in enumerate(runs):
-        plan, times = (item.plan, item.times) if isinstance(item, TimingRun) else item
-        times = np.asarray(times, dtype=np.float64)
+        times = _time_rows(item, f"runs[{k}]")
+        plan = item.plan if isinstance(item, TimingRun) else item[0]
         # stamped with the window's fingerprint when the run knows its window
-        entry = {"plan": plan_to_dict(plan, item.instance if isinstance(item, TimingRun) else None),
-                 "times": [[None if np.isnan(t) else float(t) for t in row] for row in times]}
+        entry = {"plan": plan_to_dict(plan, item.instance if isinstance(item, TimingRun) else None), "times": times}
         if windows is not None and windows[k] is not None:
-            entry["window"] = windows[k]
+            entry["window"] = os.fspath(windows[k])
         out.append(entry)
+    text = json.dumps({"format": FORMAT, "runs": out}, allow_nan=False)
     with open(path, "w") as handle:
-        json.dump({"format": FORMAT, "runs": out}, handle)
-        handle.write("\n")
+        handle.write(text + "\n")
 
 
 def _finite(t) -> bool:

@@ -126,10 +126,12 @@ def test_a_worker_that_dies_becomes_error_records_not_a_crash():
     per_instance_rows(records)  # the report takes the error records
 
 
-def test_a_fit_worse_than_the_mean_warns(tmp_path, capsys):
+def test_a_fit_worse_than_the_mean_is_refused_unless_forced(tmp_path, capsys):
     """Times that fall as the work grows (each run's times reversed against its modelled
-    ones) fit worse than their mean (R^2 < 0): the cost model is still written, but the
-    command says so on stderr and in --json's "warning"."""
+    ones) fit worse than their mean (R^2 -1.42): the cost model was still written with a
+    warning and exit code 0; it is now refused with exit code 1, one line on stderr, no
+    file written (and the fit still in --json, with the reason as "error"). ``--force``
+    writes it, warns and exits 0."""
     from rp_opt.cli import main
 
     a = _window()
@@ -139,11 +141,23 @@ def test_a_fit_worse_than_the_mean_warns(tmp_path, capsys):
         t = predicted_times(a, plan, a.cost)
         runs.append((plan, t.max() + t.min() - t))
     save_timings(tmp_path / "t.json", runs)
-    assert main(["calibrate", str(tmp_path / "t.json"), "--window", str(tmp_path / "a.npz"), "--json"]) == 0
+    argv = ["calibrate", str(tmp_path / "t.json"), "--window", str(tmp_path / "a.npz"), "-o", str(tmp_path / "c.json")]
+    assert main(argv + ["--json"]) == 1
     captured = capsys.readouterr()
     out = json.loads(captured.out)
-    assert out["r2"] < 0 and "worse than their mean" in out["warning"]
-    assert captured.err.count("warning: R^2") == 1
+    err = captured.err.strip().splitlines()
+    assert out["r2"] < 0 and out["output"] is None and out["error"]["field"] == "timings"
+    assert "worse than their mean" in out["error"]["message"] and "--force" in out["error"]["message"]
+    assert len(err) == 1 and err[0].startswith("error: timings: R^2 = -1.") and "not written" in err[0]
+    assert not (tmp_path / "c.json").exists()
+    assert main(argv) == 1 and not (tmp_path / "c.json").exists()
+    assert "nothing written" in capsys.readouterr().out
+    assert main(argv + ["--force", "--json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["output"] == str(tmp_path / "c.json") and (tmp_path / "c.json").exists() and "error" not in out
+    assert any("worse than their mean" in w for w in out["warnings"])
+    assert captured.err.count("warning: R^2") == 1 and "error: " not in captured.err
 
 
 def test_bench_counts_a_checker_disagreement_as_a_wrong_plan():

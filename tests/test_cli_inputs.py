@@ -65,8 +65,7 @@ def test_every_written_file_is_reported_as_output(files, capsys, command):
     """gen, plan, place and calibrate report the file they wrote under one key, ``output``
     (null without -o, which only gen requires), so a script reads it the same way from
     every command."""
-    rows = len(_plan_data(files)["rows"])
-    timings = _write(files, "times.json", _timings(files, [[1.0, 2.0]] * rows))
+    timings = _fittable_timings(files, capsys)
     args = {"plan": ["plan", files["w16"], "--solver", "baseline"],
             "place": ["place", files["w16"], "--method", "lpt"],
             "gen": GEN,
@@ -455,6 +454,26 @@ def test_certify_bpp_numbers_beyond_64_bits(capsys, tmp_path, text, needles):
 def _timings(files, times):
     """Two measured runs of the plan (enough values to fit)."""
     return {"format": "rp-opt-timings/1", "runs": [{"plan_file": files["plan"], "times": times}] * 2}
+
+
+def _fittable_timings(files, capsys):
+    """Times of the baseline plan and of a kk plan (other rows), each the window's own cost
+    of its (row, shard): regressors of full rank, which one plan's rows alone do not give
+    (calibrate refuses those), and a fit of R^2 = 1."""
+    from rp_opt.cost import layout_costs
+    from rp_opt.io import load_instance, load_plan
+
+    other = str(files["root"] / "p_kk.json")
+    if not os.path.exists(other):
+        assert main(["plan", files["w16"], "--solver", "kk", "-o", other, "--json"]) == 0
+        capsys.readouterr()
+    instance = load_instance(files["w16"])
+    runs = []
+    for path in (files["plan"], other):
+        plan = load_plan(path, instance)
+        costs = layout_costs(instance, plan.placement, plan.layout)
+        runs.append({"plan_file": path, "times": (costs.attention + costs.expert).tolist()})
+    return _write(files, "times.json", {"format": "rp-opt-timings/1", "runs": runs})
 
 
 def test_calibrate_rejects_degenerate_timings(files, capsys):
