@@ -500,6 +500,44 @@ def test_cli_certify_bpp(tmp_path, capsys):
     assert {"seconds", "bound_method"} <= set(data)
 
 
+def test_cli_certify_writes_its_witness(tmp_path, capsys):
+    """``-o``: a window's witness is a plan file (identity placement, the witness's layout)
+    that ``eval`` finds valid and ``plan --warm-start`` takes; a BPPLIB file's is its bins
+    of item indices, each item once, within C. ``interrupted`` is in both JSON forms, and
+    the table says where the witness is."""
+    from rp_opt import synth
+
+    inst = synth.generate(samples=24, dp=4, edp=2, ep=2, capacity=4096, layers=2, experts=4, top_k=2, seed=1)
+    path, out = tmp_path / "w.npz", tmp_path / "witness.json"
+    save_instance(path, inst)
+    assert main(["certify", str(path), "-o", str(out), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["output"] == str(out) and data["interrupted"] is False
+    plan = json.loads(out.read_text())
+    assert len(plan["rows"]) == data["r_star"] == len(data["witness"]) and plan["stats"]["source"] == "certify"
+    assert main(["eval", str(path), str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["valid"] is True
+    assert main(["plan", str(path), "--solver", "heuristic", "--time-limit", "1", "--warm-start", str(out),
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] in ("feasible", "optimal")
+    assert main(["certify", str(path)]) == 0
+    assert "-o FILE.json writes it" in capsys.readouterr().out
+
+    bpp, bins = tmp_path / "tiny.txt", tmp_path / "bins.json"
+    bpp.write_text("5\n10\n6\n6\n4\n4\n3\n")
+    assert main(["certify", "--bpp", str(bpp), "-o", str(bins)]) == 0
+    assert f"witness (3 bins) written to {bins}" in capsys.readouterr().out
+    written = json.loads(bins.read_text())
+    weights = np.array([6, 6, 4, 4, 3])
+    assert sorted(i for b in written["witness"] for i in b) == list(range(5))
+    assert all(weights[b].sum() <= 10 for b in written["witness"]) and len(written["witness"]) == 3
+    assert main(["certify", "--bpp", str(bpp), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["interrupted"] is False and len(data["witness"]) == 3
+    assert main(["certify", str(path), "-o", str(path)]) == 2       # would overwrite the window
+    assert "is the window this command reads" in capsys.readouterr().err
+
+
 def test_cli_infeasible_and_bad_input(tmp_path, capsys):
     path = tmp_path / "few.npz"
     save_instance(path, make_instance([3, 3, 3], dp=4, capacity=10))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 from ..errors import InputError, require
+from ..io import save_plan
 from ..result import INFEASIBLE, OPTIMAL
-from ._common import add_json, emit_json, number_arg, open_instance, table
+from ._common import add_json, check_output, emit_json, number_arg, open_instance, table, write_reported
 
 MAX_BPP_CAPACITY = 2**31 - 1
 
@@ -25,6 +27,10 @@ def register(subparsers) -> None:
                         help="seconds (default 10); 0: the bounds and the FFD/BFD packings only, at once")
     parser.add_argument("--exact", choices=["auto", "arcflow", "cpsat", "highs", "none"], default="auto",
                         help="exact model for the row-count decision (default auto)")
+    parser.add_argument("-o", "--output", metavar="FILE.json",
+                        help="write the witness: for a window, a plan file (identity placement, the witness's "
+                             "layout, scored under sync) that plan --warm-start, eval, show --plan and export "
+                             "read; with --bpp, the bins as lists of item indices (0-based, in file order)")
     add_json(parser)
     parser.set_defaults(run=run)
 
@@ -50,17 +56,21 @@ def run(args) -> int:
 
     if args.bpp:
         require(args.file is None, "file", "give either FILE.npz or --bpp FILE.txt, not both")
+        check_output(args.output, inputs={"BPPLIB file": args.bpp})
         weights, capacity = _read_bpp(args.bpp)
         cert = certify_bins(weights, capacity, 1, None, args.time_limit, args.exact, on_interrupt="return")
         data = {"file": args.bpp, "items": int(weights.size), "capacity": capacity,
                 "bins": cert.r_star, "lower_bound": cert.bins_lower, "upper_bound": cert.bins_upper,
-                "status": cert.status, "bound_method": cert.bound_method, "seconds": round(cert.seconds, 4)}
-        if cert.stats.get("exact_search_by"):
-            data["exact_search_by"] = cert.stats["exact_search_by"]
-        if cert.stats.get("interrupted"):
-            data["interrupted"] = True
+                "status": cert.status, "bound_method": cert.bound_method, "seconds": round(cert.seconds, 4),
+                "interrupted": bool(cert.stats.get("interrupted")),
+                "exact_search_by": cert.stats.get("exact_search_by")}
         # how it was proven (bounds, LP, pruning, dives, exact decisions), as for windows
         data["stats"] = cert.stats
+        # the best packing: bins of item indices (D = 1: each row of the witness is one bin)
+        data["witness"] = None if cert.witness is None else [row[0] for row in cert.witness.to_rows()]
+        write_reported(data, _save_json, args.output if data["witness"] is not None else None,
+                       {k: data[k] for k in ("file", "items", "capacity", "status", "lower_bound", "upper_bound",
+                                             "witness")})
         if args.json:
             emit_json(data)
         else:
@@ -68,22 +78,29 @@ def run(args) -> int:
                         [[os.path.basename(args.bpp), data["items"], capacity, cert.r_star if cert.r_star is not None else "-",
                           cert.bins_lower, cert.bins_upper, cert.status, cert.bound_method, round(cert.seconds, 3)]]))
             _interrupted_note(cert)
+            _witness_note(data, args.output, f"{cert.bins_upper} bins")
+        if data.get("write_error"):
+            return 2
         return 0 if cert.status == OPTIMAL else 1
 
     if args.file is None:
         from ._common import default_instance_path
 
         args.file = default_instance_path()
+    check_output(args.output, inputs={"window": args.file})
     # the same validated loader as every other command (shapes, counts, attn_work, the cost
     # model, T_i <= C): certify answers for windows the planners accept, never for broken ones
     instance, _ = open_instance(args.file)
     lengths, cluster = instance.window.lengths, instance.cluster
     cert = certify_bins(lengths, cluster.capacity, cluster.dp, cluster.max_samples_per_cell, args.time_limit, args.exact,
                         on_interrupt="return")
+    data = cert.to_dict()
+    data.update(file=args.file, samples=int(lengths.size), dp=cluster.dp, capacity=cluster.capacity,
+                max_samples_per_cell=cluster.max_samples_per_cell, interrupted=bool(cert.stats.get("interrupted")))
+    # the witness as a plan file: the identity placement (R* does not depend on it) and the layout
+    write_reported(data, save_plan, args.output if cert.witness is not None else None,
+                   _witness_plan(instance, cert) if args.output and cert.witness is not None else None, instance)
     if args.json:
-        data = cert.to_dict()
-        data.update(file=args.file, samples=int(lengths.size), dp=cluster.dp, capacity=cluster.capacity,
-                    max_samples_per_cell=cluster.max_samples_per_cell)
         emit_json(data)
     else:
         print(f"{args.file}: N={lengths.size} samples, D={cluster.dp}, C={cluster.capacity}, "
@@ -98,7 +115,39 @@ def run(args) -> int:
         if cert.status == INFEASIBLE:
             print(f"infeasible: {cert.reason}\nfix: {cert.fix}")
         _interrupted_note(cert)
+        _witness_note(data, args.output, f"a layout of {cert.upper_bound} rows")
+    if data.get("write_error"):
+        return 2
     return 0 if cert.status == OPTIMAL else 1
+
+
+def _witness_plan(instance, cert):
+    """The witness as a :class:`Plan`: the identity placement and the witness's layout,
+    scored under ``sync`` (a start for ``plan --warm-start``)."""
+    from ..cost import score
+    from ..result import Plan
+    from ..solution import Placement
+
+    w = instance.window
+    placement = Placement.identity(w.num_layers, w.num_experts, instance.cluster.ep)
+    return Plan(placement, cert.witness, "sync", score(instance, placement, cert.witness, "sync"),
+                {"source": "certify", "status": cert.status, "r_star": cert.r_star})
+
+
+def _save_json(path: str, data: dict) -> None:
+    with open(path, "w") as handle:
+        json.dump(data, handle)
+        handle.write("\n")
+
+
+def _witness_note(data: dict, output: str | None, what: str) -> None:
+    """Where the witness is: written to ``output``, or how to get it."""
+    if data.get("witness") is None:
+        return
+    if data.get("output"):
+        print(f"witness ({what}) written to {output}")
+    elif not output:
+        print(f"witness: {what} (in --json; -o FILE.json writes it)")
 
 
 def _interrupted_note(cert) -> None:
