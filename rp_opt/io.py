@@ -169,6 +169,18 @@ def window_fingerprint(window: Window) -> str:
     return digest.hexdigest()[:16]
 
 
+COST_FINGERPRINT_KEY = "cost_fingerprint"
+
+
+def cost_fingerprint(cost) -> str:
+    """A short identity of a :class:`~rp_opt.window.CostModel` (16 hex digits of the SHA-256
+    of its stages and gamma, floats by their exact repr): a plan's score holds under the
+    cost model it was scored with, so ``eval`` compares a claimed score only under the same."""
+    parts = [[s.name, int(s.layers), repr(float(s.alpha)), repr(float(s.beta))] for s in cost.stages]
+    text = json.dumps([parts, repr(float(cost.gamma))], separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def check_fingerprint(data: dict, window: Window, field: str = "plan") -> None:
     """:class:`InputError` on ``field`` when the raw plan ``data`` carries a
     ``window_fingerprint`` other than ``window``'s (a plan made for another window); a plan
@@ -182,10 +194,12 @@ def check_fingerprint(data: dict, window: Window, field: str = "plan") -> None:
 
 
 def plan_to_dict(plan: Plan, instance: Instance | None = None) -> dict:
-    """The plan-file form of ``plan``, with the fingerprint of ``instance``'s window when given."""
+    """The plan-file form of ``plan``, with the fingerprints of ``instance``'s window and
+    cost model (the one its score is under) when given."""
     data = plan.to_dict()
     if instance is not None:
         data[FINGERPRINT_KEY] = window_fingerprint(instance.window)
+        data[COST_FINGERPRINT_KEY] = cost_fingerprint(instance.cost)
     return data
 
 

@@ -126,9 +126,33 @@ def check_plan_data(instance: Instance, data: dict, objective, rows: int | None 
 
 
 def scores_match(score, claimed) -> bool:
-    """Whether a plan file's ``claimed`` score is the recomputed ``score``, level by level
-    (to 1e-6 relative: the file holds the solver's floats)."""
-    return all(abs(a - b) <= 1e-6 * max(1.0, abs(b)) for a, b in zip(score, claimed))
+    """Whether a plan file's ``claimed`` score is the recomputed ``score``: as many levels,
+    each finite and equal to 1e-6 relative (the file holds the solver's floats)."""
+    return len(score) == len(claimed) and all(
+        math.isfinite(b) and abs(a - b) <= 1e-6 * max(1.0, abs(b)) for a, b in zip(score, claimed))
+
+
+def compare_claimed(score, data: dict, objective_name: str, instance: Instance) -> dict:
+    """The plan file ``data``'s claimed score against the recomputed ``score``:
+    ``claimed_score``, ``claimed_objective`` and ``score_matches``, which is None (neither)
+    when the file was scored under another objective or another cost model (its
+    ``cost_fingerprint``; older files have none and are compared), with ``score_note``
+    saying which. Empty when the file claims no score."""
+    from ..io import COST_FINGERPRINT_KEY, cost_fingerprint
+
+    claimed = data.get("score")
+    if claimed is None:
+        return {}
+    out = {"claimed_score": claimed, "claimed_objective": data.get("objective"), "score_matches": None}
+    claimed_cost = data.get(COST_FINGERPRINT_KEY)
+    if data.get("objective") != objective_name:
+        out["score_note"] = f"the plan file's score is under objective {data.get('objective')!r}, not {objective_name!r}"
+    elif claimed_cost is not None and claimed_cost != cost_fingerprint(instance.cost):
+        out["score_note"] = ("the plan file's score is under another cost model (its cost_fingerprint "
+                             f"{claimed_cost}, this one {cost_fingerprint(instance.cost)}: --cost?)")
+    else:
+        out["score_matches"] = scores_match(score, claimed)
+    return out
 
 
 def require_score(data: dict) -> None:

@@ -9,7 +9,7 @@ import zlib
 import numpy as np
 
 from ..errors import InputError, require
-from ..io import FINGERPRINT_KEY, plan_from_dict, read_plan_file, window_fingerprint
+from ..io import COST_FINGERPRINT_KEY, FINGERPRINT_KEY, plan_from_dict, read_plan_file, window_fingerprint
 from ._common import (add_json, check_output, check_plan_data, emit_json, open_instance, require_same_window,
                       write_output)
 
@@ -104,6 +104,8 @@ def run(args) -> int:
     # the export is a plan file too: stamped with its window, as plan -o writes them (the
     # plan's own stamp, when it has one, was checked against this window above)
     stamp = {FINGERPRINT_KEY: data.get(FINGERPRINT_KEY) or window_fingerprint(instance.window)}
+    if data.get(COST_FINGERPRINT_KEY) is not None:  # the plan's score stays under its own cost model
+        stamp[COST_FINGERPRINT_KEY] = data[COST_FINGERPRINT_KEY]
     extra = {**stamp, "relabelled": relabelled} if relabelled else stamp
     error = write_output(lambda prefix: written.extend(export_plan(plan, prefix, previous, extra, relabel_ranks=False)),
                          args.output)

@@ -7,10 +7,11 @@ import numpy as np
 from ..bounds import cost_bounds
 from ..check import check
 from ..cost import layout_costs, rank_load
+from ..io import read_plan_file
 from ..objectives import get_objective
 from ..result import relative_gap
 from ..solution import Placement
-from ._common import add_cost, add_json, emit_json, load_plan_for, open_instance, scores_match, table
+from ._common import add_cost, add_json, compare_claimed, emit_json, load_plan_for, open_instance, table
 
 
 def register(sub) -> None:
@@ -57,10 +58,8 @@ def run(args) -> int:
                         # where the primary sits above the bound, in the gap's units
                         "gap_split": bounds.gap_split(costs, plan.objective, relative=True),
                         "valid": report.valid, "violations": list(report.violations)}
-        if plan.score:
-            # the score the file claims, against the recomputed one (eval says the same)
-            info["plan"]["claimed_score"] = list(plan.score)
-            info["plan"]["score_matches"] = scores_match(score, plan.score)
+        # the score the file claims, against the recomputed one (eval says the same)
+        info["plan"].update(compare_claimed(score, read_plan_file(args.plan, "--plan"), plan.objective, instance))
     code = 0 if report is None or report.valid else 1
     if args.json:
         emit_json(info)
@@ -86,5 +85,7 @@ def run(args) -> int:
                                                                 for k, v in pl["gap_split"].items())
         print(line)
         if pl.get("score_matches") is False:
-            print(f"  the plan file claims {list(plan.score)}")
+            print(f"  the plan file claims {list(plan.score)}: not this score")
+        elif pl.get("score_note"):
+            print(f"  {pl['score_note']}")
     return code
