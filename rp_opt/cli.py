@@ -80,6 +80,17 @@ def _report(exc: InputError, as_json: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``rp-opt`` command line; returns the exit code. A Ctrl-C anywhere, also while
+    the parser is built or HiGHS is loaded, ends it with one line and code 130 (commands
+    that keep their best result so far catch it themselves)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     try:
@@ -109,9 +120,6 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.run(args) or 0)
     except InputError as exc:
         return _report(exc, bool(getattr(args, "json", False)))
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         # the reader of stdout went away (rp-opt show | head): no traceback, and stdout
         # goes to /dev/null so that Python's final flush does not complain again

@@ -728,3 +728,22 @@ def test_unreachable_ray_address_fails_fast():
         probe_ray_address(f"127.0.0.1:{port}", seconds=2.0)
     assert err.value.field == "--ray" and time.perf_counter() - t0 < 3.0
     probe_ray_address("local")  # nothing to reach
+
+
+def test_ctrl_c_ends_the_suite_with_the_runs_done(ctrl_c, capsys, tmp_path):
+    """A Ctrl-C one second into the first of two 4-s heuristic runs: that run returns its
+    best plan (``interrupted``), the second never starts, the table shows the one run, no
+    --out files are written, and the exit code is 130 (the suite used to go on, and exit
+    0, with the cut run recorded as a normal one)."""
+    from rp_opt.cli import main
+
+    out = tmp_path / "out"
+    ctrl_c(1.0)
+    code = main(["bench", "tiny", "--solvers", "heuristic", "--time-limit", "4", "--json", "--out", str(out)])
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert code == 130 and "error: interrupted (Ctrl-C): 1 of 2 runs done" in captured.err
+    assert data["meta"]["interrupted"] is True and len(data["records"]) == 1
+    assert data["records"][0]["interrupted"] is True and data["records"][0]["valid"] is True
+    assert data["records"][0]["seconds"] < 3.5
+    assert not out.exists() or not any(out.iterdir())

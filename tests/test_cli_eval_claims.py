@@ -105,3 +105,17 @@ def test_a_plan_for_another_window_is_bad_input_in_one_line(files, capsys):
     assert main(["eval", files["w16"], str(path)]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert len(err) == 1 and err[0].startswith("error: plan:") and "N=24" in err[0] and "16" in err[0]
+
+
+def test_ctrl_c_while_the_command_line_is_read_is_one_line(monkeypatch, capsys):
+    """A Ctrl-C before the command runs (while the parser is built, or HiGHS is loaded for
+    its banner: about half a second) ends with "error: interrupted" and exit code 130, not
+    a traceback."""
+    import rp_opt.cli as cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["show"]) == 130
+    assert capsys.readouterr().err == "error: interrupted\n"

@@ -103,6 +103,9 @@ def run_gap(args, on_record=None) -> dict:
     }
     meta = {"suite": args.suite, "solvers": args.solvers, "time_limit": args.time_limit, "workers": args.workers,
             "threads": args.threads, "objective": args.objective, "ray": args.ray, "wall_seconds": wall,
+            # a Ctrl-C: the records of the runs done (the last one cut short)
+            "interrupted": any(rec.get("interrupted") for rec in records), "runs": len(records),
+            "runs_planned": len(tasks),
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
             "command": " ".join(sys.argv)}
     return {"records": records, "instances": instances, "tables": tables, "meta": meta}

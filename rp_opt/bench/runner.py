@@ -183,7 +183,7 @@ def run_task(task: Task) -> dict:
     stats = result.stats or {}
     levels = stats.get("levels") or []
     record.update(
-        status=result.status, seconds=result.seconds, bound=result.bound, gap=result.gap,
+        status=result.status, seconds=result.seconds, interrupted=bool(stats.get("interrupted")), bound=result.bound, gap=result.gap,
         score=result.score[0] if result.score else None, score_levels=[float(x) for x in result.score],
         num_rows=result.plan.num_rows if result.plan else None,
         # proven by the solver's search (exact's first level), its status, or its own bound
@@ -321,6 +321,9 @@ def run_tasks(tasks: list[Task], *, workers: int = 1, ray_address: str | None = 
     list of dict
         One record per task; a run whose worker died (or that could not be sent to one) is
         an error record (:func:`error_record`) instead of an exception that loses them all.
+        Run here (``workers`` 1), a Ctrl-C stops the run in progress (the solver returns its
+        best, ``interrupted``) and no further run starts: the records of the runs done.
+        With processes or Ray, a Ctrl-C raises KeyboardInterrupt.
     """
     tasks = list(tasks)
     if ray_address:
@@ -329,6 +332,8 @@ def run_tasks(tasks: list[Task], *, workers: int = 1, ray_address: str | None = 
     if workers <= 1 or len(tasks) <= 1:
         for k, task in enumerate(tasks):
             arrived(k, run_task(task))
+            if out[k].get("interrupted"):
+                return out[:k + 1]
         return out
 
     broken = []

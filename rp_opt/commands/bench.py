@@ -64,6 +64,18 @@ def run(args) -> int:
             check_out_folder(folder, flag, f"bench_{args.suite}")
     progress = Progress(total, f"bench {args.suite}", enabled=True if args.progress else None)
     result = run_gap(args, on_record=lambda rec: progress.step(f"{rec['instance']} {rec['solver']}"))
+    meta = result["meta"]
+    if meta["interrupted"]:
+        # Ctrl-C: what ran is shown, but no files (a part of the suite is not its benchmark)
+        done = f"{meta['runs']} of {meta['runs_planned']} runs done, the last cut short"
+        if args.json:
+            emit_json({"meta": meta, "records": result["records"], "instances": result["instances"]})
+        else:
+            headers, rows = per_solver_rows(result["records"])
+            print(table(headers, rows))
+        print(f"error: interrupted (Ctrl-C): {done}" + ("; nothing written" if args.out or args.img else ""),
+              file=sys.stderr)
+        return 130
     write_error = None
     if args.out or args.img:
         # a write that fails after the runs (disk full) is one line; the summary still prints
