@@ -434,9 +434,11 @@ def test_num_ranks_follows_the_shared_rules(bad):
     ("time_limit", -1.0, "must be a finite number > 0 or None (seconds; None: no limit), got -1.0"),
     ("time_limit", "10", "must be a finite number > 0 or None (seconds; None: no limit), got '10'"),
     ("time_limit", float("inf"), "must be a finite number > 0 or None (seconds; None: no limit), got inf"),
-    ("mip_gap", -0.1, "must be a finite number >= 0, got -0.1"),
-    ("mip_gap", float("nan"), "must be a finite number >= 0, got nan"),
-    ("mip_gap", None, "must be a finite number >= 0, got None"),
+    ("mip_gap", -0.1, "must be a number in [0, 1) (a relative gap), got -0.1"),
+    ("mip_gap", float("nan"), "must be a number in [0, 1) (a relative gap), got nan"),
+    ("mip_gap", None, "must be a number in [0, 1) (a relative gap), got None"),
+    ("mip_gap", 1, "must be a number in [0, 1) (a relative gap), got 1"),
+    ("threads", 0, "must be an integer in [1, 256] or None (solver threads; None: the machine's cores), got 0"),
     ("tolerance", -1, "must be a finite number >= 0, got -1"),
     ("tolerance", float("inf"), "must be a finite number >= 0, got inf"),
 ])
@@ -613,13 +615,14 @@ def test_cli_place_bad_input_exits_2(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flag, bad, what", [
-    ("--mip-gap", "-1", "a finite number >= 0"),
-    ("--mip-gap", "inf", "a finite number >= 0"),
-    ("--mip-gap", "abc", "a finite number >= 0"),
+    ("--mip-gap", "-1", "a number in [0, 1) (a relative gap)"),
+    ("--mip-gap", "inf", "a number in [0, 1) (a relative gap)"),
+    ("--mip-gap", "abc", "a number in [0, 1) (a relative gap)"),
+    ("--mip-gap", "1", "a number in [0, 1) (a relative gap)"),
     ("--tolerance", "-0.5", "a finite number >= 0"),
     ("--tolerance", "nan", "a finite number >= 0"),
-    ("--expert-bytes", "-1", "an integer >= 0"),
-    ("--expert-bytes", "1.5", "an integer >= 0"),
+    ("--expert-bytes", "-1", "an integer in [0, 9223372036854775807] (bytes)"),
+    ("--expert-bytes", "1.5", "an integer in [0, 9223372036854775807] (bytes)"),
 ])
 def test_cli_place_scalar_flags_follow_the_shared_rules(tmp_path, capsys, flag, bad, what):
     """Each scalar flag of rp-opt place is read by rp_opt.errors: exit 2 and one line
@@ -630,11 +633,20 @@ def test_cli_place_scalar_flags_follow_the_shared_rules(tmp_path, capsys, flag, 
     assert err == f"error: {flag}: must be {what}, got {bad!r} (see rp-opt place --help)\n"
 
 
-def test_cli_place_expert_bytes_takes_an_integral_float(tmp_path, capsys):
+def test_cli_place_expert_bytes_takes_an_integer_written_as_one(tmp_path, capsys):
+    """--expert-bytes is an integer in [0, 2^63) written as one: 1000 and 2^63 - 1 pass; float
+    notation (1e3 was 1000, 1e30 gave 23000000000000000457346371289088 bytes in total) and
+    2^63 are refused in one line naming the flag."""
     _, path = _cli_instance(tmp_path)
-    code, out, _ = _run_cli(["place", path, "--method", "lpt", "--expert-bytes", "1e3", "--json"], capsys)
-    data = json.loads(out)
-    assert code == 0 and data["migration"]["total_bytes"] == 1000 * data["migration"]["transfers"] > 0
+    for text, size in (("1000", 1000), (str(2**63 - 1), 2**63 - 1)):
+        code, out, _ = _run_cli(["place", path, "--method", "lpt", "--expert-bytes", text, "--json"], capsys)
+        data = json.loads(out)
+        assert code == 0 and data["migration"]["total_bytes"] == size * data["migration"]["transfers"] > 0
+    for bad in ("1e3", "1e30", str(2**63), "1_000"):
+        code, out, err = _run_cli(["place", path, "--method", "lpt", "--expert-bytes", bad], capsys)
+        assert code == 2 and out == ""
+        assert err == (f"error: --expert-bytes: must be an integer in [0, 9223372036854775807] (bytes), got {bad!r} "
+                       "(see rp-opt place --help)\n")
 
 
 # ---------------------------------------------------------------------------------------

@@ -3,21 +3,65 @@ with the per-layer rank loads before and after, the proven gap and the migration
 
 from __future__ import annotations
 
+import argparse
 import logging
 import time
 
 import numpy as np
 
-from ..errors import InputError, require
+from ..errors import InputError, integer, number, require, shown
 from ..io import placement_from_list, read_json
 from ..solution import Layout, Placement
-from ._common import (Progress, add_json, check_output, default_instance_path, emit_json, int_arg, number_arg,
+from ._common import (Progress, add_json, check_output, default_instance_path, emit_json, number_arg,
                       open_instance, require_same_window, seconds_arg, table, write_reported)
 
 log = logging.getLogger("rp_opt")
 
 METHODS = ("identity", "lpt", "local", "exact")
 MAX_TOLERANCE = 1e6
+MAX_EXPERT_BYTES = 2**63 - 1  # what a trainer's int64 holds
+# the defaults of the flags that only some methods and objectives read: None in the parser,
+# so that a flag given where it is ignored can be told from its default (and warned of)
+DEFAULTS = {"time_limit": 10.0, "mip_gap": 1e-3, "tolerance": 0.0, "backend": "highs"}
+
+
+def _type_error(check):
+    """An argparse ``type`` from ``check(text)``, whose :class:`InputError` becomes the
+    one-line error that names the flag."""
+    def parse(text: str):
+        try:
+            return check(text)
+        except InputError as exc:
+            raise argparse.ArgumentTypeError(exc.message) from None
+
+    parse.__name__ = check.__name__.lstrip("_")
+    return parse
+
+
+@_type_error
+def _mip_gap_arg(text: str) -> float:
+    """``--mip-gap``: a relative gap in [0, 1) (at 1 or more every layer would be "optimal"),
+    read as :func:`rp_opt.placement.milp.check_mip_gap` reads it."""
+    try:
+        out = number("--mip-gap", text, low=0, text=True)
+    except InputError:
+        out = None
+    require(out is not None and out < 1, "--mip-gap", f"must be a number in [0, 1) (a relative gap), got {shown(text)}")
+    return out
+
+
+@_type_error
+def _expert_bytes_arg(text: str) -> int:
+    """``--expert-bytes``: an integer in [0, 2^63) written as one (1e3 was read as 1000, and
+    1e30 too, beyond what a trainer's int64 holds; a float above 2^53 is not the integer
+    it spells)."""
+    plain = text.strip()
+    what = f"must be an integer in [0, {MAX_EXPERT_BYTES}] (bytes), got {shown(text)}"
+    require(plain.isascii() and plain.lstrip("+").isdigit(), "--expert-bytes", what)
+    try:
+        return integer("--expert-bytes", plain, 0, MAX_EXPERT_BYTES, text=True)
+    except InputError:
+        raise InputError("--expert-bytes", what) from None
 
 
 def register(sub) -> None:
@@ -27,21 +71,24 @@ def register(sub) -> None:
                    help="identity, lpt, local (LPT + swap local search) or exact (MILP per layer; default)")
     p.add_argument("--objective", default="aggregate",
                    help="exact only: aggregate (min max rank load), migration (fewest moves within "
-                        "--tolerance of the best load; needs --current or moves from identity), rows "
+                        "--tolerance of the best load, whose status per layer is shown as 'load status' and "
+                        "--json's aggregate_statuses; needs --current or moves from identity), rows "
                         "(min sum_{r,g} max_p W for the layout of --current or a baseline layout)")
     p.add_argument("--current", metavar="PLAN.json",
                    help="plan file holding the current placement (and layout); default: identity")
-    p.add_argument("--time-limit", type=seconds_arg, default=10.0,
-                   help="exact: seconds for all layers, each layer an equal share of what is left (default 10)")
-    p.add_argument("--mip-gap", type=number_arg(0), default=1e-3,
-                   help="exact: relative gap to stop at, finite and >= 0 (default 1e-3); a layer solved within it "
+    p.add_argument("--time-limit", type=seconds_arg, default=None,
+                   help="exact: seconds for the run: reading the window and --current, the baseline layout "
+                        "(rows, -o) and all layers, each layer an equal share of what is left (default 10)")
+    p.add_argument("--mip-gap", type=_mip_gap_arg, default=None,
+                   help="exact: relative gap to stop at, in [0, 1) (default 1e-3); a layer solved within it "
                         "counts as optimal")
-    p.add_argument("--tolerance", type=number_arg(0), default=0.0,
+    p.add_argument("--tolerance", type=number_arg(0), default=None,
                    help=f"migration: allowed relative excess of the max rank load, finite, >= 0 and <= {MAX_TOLERANCE:g} "
                         "(default 0)")
-    p.add_argument("--backend", choices=("highs", "cpsat"), default="highs", help="exact: solver (default highs)")
-    p.add_argument("--expert-bytes", type=int_arg(0), default=None,
-                   help="bytes of one expert, >= 0 (default: from the instance's model spec, else 0)")
+    p.add_argument("--backend", choices=("highs", "cpsat"), default=None, help="exact: solver (default highs)")
+    p.add_argument("--expert-bytes", type=_expert_bytes_arg, default=None,
+                   help=f"bytes of one expert, an integer in [0, {MAX_EXPERT_BYTES}] (default: from the instance's "
+                        "model spec, else 0)")
     p.add_argument("-o", "--output", metavar="PLAN.json",
                    help="write a plan file with the new placement and the layout used for scoring")
     add_json(p)
@@ -101,16 +148,44 @@ def _expert_bytes(args, instance) -> int:
         return 0
 
 
+def _objective(name: str):
+    """The placement objective ``--objective`` names; else the one-line error of an argparse
+    choice, naming the flag and the registry's names (read here, not by argparse: importing
+    rp_opt.placement while the arguments are parsed would print HiGHS's banner, which the
+    CLI silences after parsing; and a registered objective is a choice too)."""
+    from ..placement import get_placement_objective, placement_objective_names
+
+    names = placement_objective_names()
+    require(name in names, "--objective",
+            f"invalid choice: {name!r} (choose from {', '.join(map(repr, names))}) (see rp-opt place --help)")
+    return get_placement_objective(name)
+
+
+def _warn_ignored(args, objective) -> None:
+    """One warning line on stderr for each flag given that this method or objective does not
+    read (it was ignored without a word)."""
+    if args.method != "exact":
+        for flag in ("time_limit", "mip_gap", "backend"):
+            if getattr(args, flag) is not None:
+                log.warning("place: --%s is ignored: it applies to --method exact only", flag.replace("_", "-"))
+    if args.tolerance is not None and objective.name != "migration":
+        log.warning("place: --tolerance is ignored: it applies to --objective migration only")
+
+
 def run(args) -> int:
+    started = time.perf_counter()  # --time-limit covers the run from here (the window, the layout, the layers)
     from ..cost import rank_load
     from ..materialise import migration_plan
-    from ..placement import (exact_placement, get_placement_objective, local_search_placement, lpt_placement,
-                             placement_lower_bound)
+    from ..placement import exact_placement, local_search_placement, lpt_placement, placement_lower_bound
     from ..result import FEASIBLE, OPTIMAL
 
-    objective = get_placement_objective(args.objective)
+    objective = _objective(args.objective)
     require(args.method == "exact" or objective.name == "aggregate", "--objective",
             f"{objective.name!r} needs --method exact")
+    _warn_ignored(args, objective)
+    for name, value in DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     # above P - 1 every placement is within the tolerance; far above, the load cap overflows
     require(args.tolerance <= MAX_TOLERANCE, "--tolerance", f"must be <= {MAX_TOLERANCE:g}, got {args.tolerance!r}")
     check_output(args.output, inputs={"window": args.file or default_instance_path()})
@@ -132,7 +207,7 @@ def run(args) -> int:
     start = time.perf_counter()
     analytic = placement_lower_bound(window.expert_load(), num_ranks).astype(np.float64)
     value = bound = None
-    statuses = None
+    statuses = load_statuses = None
     if args.method == "identity":
         new = Placement.identity(window.num_layers, window.num_experts, num_ranks)
     elif args.method == "lpt":
@@ -141,11 +216,18 @@ def run(args) -> int:
         new = local_search_placement(window, num_ranks)
     else:
         progress = Progress(window.num_layers, "place", enabled=None if not args.json else False)
+        # what is left of --time-limit after reading the inputs and the baseline layout (a
+        # solver needs a limit above 0: a spent one gives every layer its warm start)
+        left = max(args.time_limit - (time.perf_counter() - started), 1e-3)
         result = exact_placement(instance, objective=objective.name, current=current, layout=layout,
-                                 time_limit=None, total_time_limit=args.time_limit, mip_gap=args.mip_gap,
+                                 time_limit=None, total_time_limit=left, mip_gap=args.mip_gap,
                                  tolerance=args.tolerance,
                                  backend=args.backend, callback=lambda l, r: progress.step(r.status))
         new, value, bound, statuses = result.placement, result.value, result.bound, list(result.statuses)
+        if objective.name == "migration":
+            # the first stage's: the best load that the moves are counted within (1 + tolerance)
+            # of; not optimal when its layer ran out of time (the cap is then a found load)
+            load_statuses = [st.get("aggregate", {}).get("status") for st in result.stats]
     seconds = time.perf_counter() - start
 
     before = rank_load(window, current)
@@ -177,6 +259,8 @@ def run(args) -> int:
         "load_bound": analytic.tolist(),
         "migration": migration.summary(),
     }
+    if load_statuses is not None:
+        out["aggregate_statuses"] = load_statuses
     if args.output:
         from ..cost import score
         from ..io import save_plan
@@ -196,11 +280,12 @@ def run(args) -> int:
     for l in range(window.num_layers):
         rows.append([l, int(before[l].max()), round(float(mean[l]), 1), int(after_max[l]),
                      round(float(after_max[l] / mean[l]) if mean[l] else 1.0, 4),
-                     float(value[l]), float(bound[l]), f"{100 * gap[l]:.4f}", statuses[l]])
+                     float(value[l]), float(bound[l]), f"{100 * gap[l]:.4f}", statuses[l]]
+                    + ([load_statuses[l]] if load_statuses is not None else []))
     print(f"{path}: L={window.num_layers} E={window.num_experts} P={num_ranks}; {args.method} "
           f"({objective.name}) in {seconds:.3f} s{unit}")
     print(table(["layer", f"max before ({current_name})", "mean", "max after", "max/mean", "value", "bound",
-                 "gap %", "status"], rows))
+                 "gap %", "status"] + (["load status"] if load_statuses is not None else []), rows))
     tot_before, tot_after = float(before.max(axis=1).sum()), float(after_max.sum())
     # the bounds are of the objective's value per layer: beside the aggregate load only
     # when that is the objective (rows/migration: their own line, not a bound on the load)
@@ -209,6 +294,11 @@ def run(args) -> int:
     print(f"sum_l max_p L[l,p]: before {tot_before:.6g}, after {tot_after:.6g} "
           f"({100 * (tot_before - tot_after) / tot_before if tot_before else 0:.2f} % lower); "
           f"{bounds}; largest gap {100 * float(np.max(gap)):.4f} %; {status}")
+    if load_statuses is not None:
+        proven = sum(s == OPTIMAL for s in load_statuses)
+        print(f"best load (the first stage, that the moves keep within --tolerance of): optimal in {proven} of "
+              f"{len(load_statuses)} layers" + ("" if proven == len(load_statuses) else
+                                                 "; the others compare with a load found, not proven"))
     m = migration.summary()
     print(f"migration: {m['transfers']} experts move, {m['kept']} stay; {m['rounds']} rounds "
           f"(each rank sends <= 1, receives <= 1); {m['total_bytes']} bytes per shard")

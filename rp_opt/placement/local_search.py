@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import require
+from ..errors import InputError, integer, require
 from ..solution import Placement
 from ..window import Window
 from .lpt import _check_load, layer_rank_loads, lpt_ranks
@@ -37,11 +37,12 @@ def local_search_ranks(load: np.ndarray, ranks: np.ndarray, num_ranks: int,
     load
         [L, E] expert loads.
     ranks
-        [L, E] start assignment (balanced: E/P experts per rank); not modified.
+        [L, E] start assignment: integer ranks in [0, P), E/P experts on every rank of
+        every layer; not modified.
     num_ranks
         P.
     max_sweeps
-        Stop after this many sweeps (None: until no layer improves).
+        Stop after this many sweeps, an integer >= 0 (None: until no layer improves).
     moves
         ``"max"``: swaps out of the most loaded rank (O(E^2/P) per sweep and layer; the
         fast default). ``"all"``: swaps between any two ranks that lower the sum of squared
@@ -52,12 +53,31 @@ def local_search_ranks(load: np.ndarray, ranks: np.ndarray, num_ranks: int,
     -------
     numpy.ndarray
         [L, E] int64 ranks, balanced, with max_p L[l,p] <= that of the start in every layer.
+
+    Raises
+    ------
+    InputError
+        One line naming the argument: a start of another shape, with non-integer ranks,
+        ranks outside [0, P) or not E/P experts on every rank (the swaps keep the start's
+        rank sizes: an unbalanced start came back unbalanced), a bad ``max_sweeps``.
     """
     load, num_ranks = _check_load(load, num_ranks)
-    ranks = np.array(np.atleast_2d(ranks), dtype=np.int64, copy=True)
-    require(ranks.shape == load.shape, "ranks", f"shape {ranks.shape} does not match load {load.shape}")
+    raw = np.atleast_2d(np.asarray(ranks))
+    require(raw.shape == load.shape, "ranks", f"shape {raw.shape} does not match load {load.shape}")
+    require(raw.dtype.kind in "iu", "ranks", f"must be integer ranks, got dtype {raw.dtype}")
+    ranks = raw.astype(np.int64, copy=True)
     num_layers, num_experts = load.shape
     per_rank = num_experts // num_ranks
+    if not np.all((ranks >= 0) & (ranks < num_ranks)):
+        raise InputError("ranks", f"must be in [0, {num_ranks - 1}], got {int(ranks.min())}..{int(ranks.max())}")
+    counts = np.zeros((num_layers, num_ranks), dtype=np.int64)
+    np.add.at(counts, (np.arange(num_layers)[:, None], ranks), 1)
+    bad = np.argwhere(counts != per_rank)
+    if bad.size:
+        layer, rank = (int(v) for v in bad[0])
+        raise InputError("ranks", f"must hold E/P = {per_rank} experts on every rank; layer {layer} has "
+                                  f"{int(counts[layer, rank])} on rank {rank}")
+    max_sweeps = integer("max_sweeps", max_sweeps, low=0, none=True, hint="None: until no layer improves")
     require(moves in ("max", "all"), "moves", f"must be 'max' or 'all', got {moves!r}")
     if num_ranks == 1 or num_experts == 0:
         return ranks

@@ -23,9 +23,11 @@ MILP is not built at all.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -33,7 +35,7 @@ import numpy as np
 
 from .._cpsat import solve
 from .._highs import import_pyomo, silence_banner, solve_pyomo
-from ..errors import InputError, number, require
+from ..errors import MAX_WORKERS, InputError, integer, number, require, shown
 from ..result import FEASIBLE, NO_SOLUTION, OPTIMAL, relative_gap
 from ..solution import Layout, Placement
 from ..window import Instance, Window
@@ -50,13 +52,34 @@ BACKENDS = ("highs", "cpsat")
 # on the 2-core machine with the rows objective of a 1000-sample window (59k terms): 6.4 us
 # with Pyomo (HiGHS), 2.0-2.7 us with CP-SAT's model API
 BUILD_SECONDS_PER_TERM = {"highs": 6.5e-6, "cpsat": 2.7e-6}
+# seconds per variable x[e,p] (its constraints, the warm start, reading the answer back) and
+# per model (Pyomo's model and appsi's copy to HiGHS; CP-SAT's model and solver), measured
+# with the aggregate objective and a 1 ms solver limit on the 2-core machine, E x P from
+# 8 x 2 to 256 x 32: HiGHS 13-15 ms + 47 us per variable, CP-SAT 3 ms + 19 us. Without them a
+# spent budget still built a model per layer (15 ms each for 16 x 8), 6.5 us per term guessed 0.8 ms
+BUILD_SECONDS_PER_VARIABLE = {"highs": 4.7e-5, "cpsat": 1.9e-5}
+BUILD_SECONDS_PER_MODEL = {"highs": 0.015, "cpsat": 0.004}
+# seconds of a process's first import of a backend's modules, measured in rp-opt place on the
+# 2-core machine: Pyomo 0.8-1.4 s (it loads scipy.stats when scipy is loaded), CP-SAT 0.2-0.5 s
+IMPORT_SECONDS = {"highs": 1.0, "cpsat": 0.3}
+_BACKEND_MODULE = {"highs": "pyomo.contrib.appsi.solvers", "cpsat": "ortools.sat.python.cp_model"}
 
 
 def build_seconds(problem: LayerProblem, backend: str) -> float:
-    """About how long the model of ``problem`` takes to build with ``backend``: one term per
-    non-zero load (of every row group for ``rows``) and rank (:data:`BUILD_SECONDS_PER_TERM`)."""
+    """About how long the model of ``problem`` takes to build with ``backend``: a fixed cost
+    per model, one per variable x[e,p] and one per term, a non-zero load (of every row group
+    for ``rows``) times a rank (:data:`BUILD_SECONDS_PER_TERM` and the constants beside it).
+    The backend's first import in the process is not included (:func:`import_seconds`)."""
     loads = problem.cell_load if problem.cell_load is not None else problem.load
-    return float(np.count_nonzero(loads)) * problem.num_ranks * BUILD_SECONDS_PER_TERM[backend]
+    return (BUILD_SECONDS_PER_MODEL[backend]
+            + problem.num_experts * problem.num_ranks * BUILD_SECONDS_PER_VARIABLE[backend]
+            + float(np.count_nonzero(loads)) * problem.num_ranks * BUILD_SECONDS_PER_TERM[backend])
+
+
+def import_seconds(backend: str) -> float:
+    """About how long the first model of ``backend`` waits for its modules to be imported:
+    :data:`IMPORT_SECONDS` until the process has imported them, then 0."""
+    return 0.0 if _BACKEND_MODULE[backend] in sys.modules else IMPORT_SECONDS[backend]
 
 
 @dataclass(frozen=True)
@@ -74,10 +97,13 @@ class LayerResult:
     status
         ``optimal`` (gap within ``mip_gap``) or ``feasible``.
     seconds
-        Wall time, model building included.
+        Wall time, model building (and a first import of the backend) included.
     stats
         ``backend``, ``solved_by`` (``bound`` when the warm start was proven by the
-        analytic bound, else the backend), ``warm_value``, ``termination``.
+        analytic bound, ``start`` when the model was not built, else the backend),
+        ``warm_value``, ``termination``; ``import_seconds`` when this call imported the
+        backend's modules, ``highs_restart`` when HiGHS handed back a solution worse than
+        the objective it reported and was run again without the warm start.
     """
 
     ranks: np.ndarray
@@ -132,16 +158,19 @@ def solve_layer(problem: LayerProblem, objective="aggregate", *, time_limit: flo
         limit); per stage for ``migration``, which first solves ``aggregate`` to find the
         best max load. The build itself does not stop at the limit (see ``build_limit``).
     mip_gap
-        Relative gap at which the solve stops and reports ``optimal`` (finite, >= 0).
+        Relative gap at which the solve stops and reports ``optimal``, in [0, 1) (a gap of
+        1 or more holds for every placement and would prove nothing).
     warm_start
-        [E] assignment to start from; default LPT + local search on the aggregate loads.
+        [E] assignment to start from (E/P experts on every rank); default LPT + local
+        search on the aggregate loads.
     backend
         ``"highs"`` (Pyomo + appsi HiGHS) or ``"cpsat"`` (OR-Tools CP-SAT, integer data).
     tolerance
         ``migration``: allowed relative excess of the max rank load over the best found
         (finite, >= 0).
     threads
-        Solver threads (CP-SAT workers); default: the machine's cores (at most 8).
+        Solver threads (CP-SAT workers), an integer in [1, MAX_WORKERS] or None: the
+        machine's cores (at most 8). HiGHS runs on one thread.
     prove_with_bound
         Return the warm start without building a model when the analytic bound already
         proves it (default). False always runs the solver (tests of the model itself).
@@ -151,8 +180,11 @@ def solve_layer(problem: LayerProblem, objective="aggregate", *, time_limit: flo
         False, so tests can start the solver from plain LPT).
     build_limit
         Seconds the model's build may take (None: any): a model that would take longer
-        (:func:`build_seconds`; the build does not stop at the time limit) is not built, and
-        the warm start comes back with the analytic bound (``stats["solved_by"] = "start"``).
+        (:func:`build_seconds`, plus :func:`import_seconds` while the backend's modules are
+        not imported; the build does not stop at the time limit) is not built, and the warm
+        start comes back with the analytic bound (``stats["solved_by"] = "start"``).
+        ``stats["import_seconds"]``: the time this call spent importing the backend, which
+        ``time_limit`` does not cover.
 
     Returns
     -------
@@ -162,8 +194,10 @@ def solve_layer(problem: LayerProblem, objective="aggregate", *, time_limit: flo
     obj = get_placement_objective(objective)
     require(backend in BACKENDS, "backend", f"must be one of {', '.join(BACKENDS)}, got {backend!r}")
     time_limit = number("time_limit", time_limit, above=0, none=True, hint="seconds; None: no limit")
-    mip_gap = number("mip_gap", mip_gap, low=0)
+    mip_gap = check_mip_gap(mip_gap)
     tolerance = number("tolerance", tolerance, low=0)
+    threads = integer("threads", threads, low=1, high=MAX_WORKERS, none=True,
+                      hint="solver threads; None: the machine's cores")
     for need in obj.needs:
         require(getattr(problem, need) is not None, need, f"the {obj.name!r} objective needs it")
     stats: dict = {"backend": backend}
@@ -172,12 +206,16 @@ def solve_layer(problem: LayerProblem, objective="aggregate", *, time_limit: flo
         # stage 1: the best aggregate load; stage 2: fewest moves within (1 + tol) of it
         agg = solve_layer(problem, "aggregate", time_limit=time_limit, mip_gap=mip_gap,
                           warm_start=warm_start, backend=backend, threads=threads,
-                          prove_with_bound=prove_with_bound)
+                          prove_with_bound=prove_with_bound, build_limit=build_limit)
         cap = agg.value * (1.0 + tolerance)
         if problem.integral:
             cap = math.floor(cap + 1e-9)
         problem = problem.with_cap(cap)
         stats["aggregate"] = {"value": agg.value, "bound": agg.bound, "status": agg.status}
+        if "import_seconds" in agg.stats:
+            stats["import_seconds"] = agg.stats["import_seconds"]
+            if build_limit is not None:  # the import's allowance is spent
+                build_limit = max(build_limit - agg.stats["import_seconds"], 0.0)
         if warm_start is None:
             warm_start = _relabel_towards(problem.current, agg.ranks, problem.num_ranks)
 
@@ -186,14 +224,13 @@ def solve_layer(problem: LayerProblem, objective="aggregate", *, time_limit: flo
         polish = obj.name == "aggregate" and (prove_with_bound or warm_start is None)
     if warm_start is None:
         warm_start = lpt_ranks(load[None, :], problem.num_ranks)[0]
+    else:  # before the polish, which would name its own argument
+        _check_warm(warm_start, problem)
     if polish:
         # the cheap "max" search, then the all-pairs search: one layer, O(E^2) per sweep
         warm_start = local_search_ranks(load[None, :], np.asarray(warm_start)[None, :], problem.num_ranks)[0]
         warm_start = local_search_ranks(load[None, :], warm_start[None, :], problem.num_ranks, moves="all")[0]
     warm = np.asarray(warm_start, dtype=np.int64)
-    require(warm.shape == load.shape, "warm_start", f"must have shape {load.shape}, got {warm.shape}")
-    require(bool(np.all(np.bincount(warm, minlength=problem.num_ranks) == problem.per_rank)), "warm_start",
-            "must hold E/P experts on every rank")
     order = np.argsort(-load, kind="stable")  # the fixed expert order of the symmetry cut
     if obj.symmetric:
         warm = canonical_ranks(warm, order)
@@ -207,14 +244,23 @@ def solve_layer(problem: LayerProblem, objective="aggregate", *, time_limit: flo
         stats["solved_by"] = "bound"
         return LayerResult(best, value, bound, OPTIMAL, time.perf_counter() - start, stats)
 
-    if build_limit is not None and build_seconds(problem, backend) > build_limit:
+    need, first_import = build_seconds(problem, backend), import_seconds(backend)
+    if build_limit is not None and need + first_import > build_limit:
         stats["solved_by"] = "start"
-        stats["model"] = (f"not built: about {build_seconds(problem, backend):.2g} s to build, "
-                          f"{build_limit:.2g} s for it")
+        stats["model"] = (f"not built: about {need + first_import:.2g} s to build"
+                          + (f" ({first_import:.2g} s of it the first import of {backend}'s modules)"
+                             if first_import else "") + f", {build_limit:.2g} s for it")
         return LayerResult(best, value, min(bound, value), _status(value, bound, mip_gap),
                            time.perf_counter() - start, stats)
+    if first_import:
+        # the import is the process's, once; time_limit covers the build and the solver
+        # (exact_placement charges it to the run)
+        began = time.perf_counter()
+        _import_backend(backend)
+        stats["import_seconds"] = stats.get("import_seconds", 0.0) + time.perf_counter() - began
     if backend == "highs":
-        ranks, val, solver_bound, termination = _solve_highs(problem, obj, order, warm, warm_value, time_limit, mip_gap)
+        ranks, val, solver_bound, termination = _solve_highs(problem, obj, order, warm, warm_value, time_limit,
+                                                             mip_gap, stats)
     else:
         ranks, val, solver_bound, termination = _solve_cpsat(problem, obj, order, warm, time_limit, mip_gap, threads)
     stats["solved_by"] = backend
@@ -230,6 +276,41 @@ def solve_layer(problem: LayerProblem, objective="aggregate", *, time_limit: flo
     return LayerResult(best, value, bound, status, time.perf_counter() - start, stats)
 
 
+def check_mip_gap(value, field: str = "mip_gap", *, text: bool = False) -> float:
+    """``value`` as a relative MIP gap in [0, 1), else a one-line :class:`InputError` on
+    ``field`` (with ``text``, a string from the command line is read too). Every value of
+    the relative gap (value - bound) / value of a placement is below 1 (its bound >= 0), so a
+    limit of 1 or more would stop at the first placement and call it optimal."""
+    try:
+        out = number(field, value, low=0, text=text)
+    except InputError:
+        out = None
+    if out is None or out >= 1:
+        raise InputError(field, f"must be a number in [0, 1) (a relative gap), got {shown(value)}")
+    return out
+
+
+def _check_warm(warm_start, problem: LayerProblem) -> None:
+    """:class:`InputError` on ``warm_start`` unless it is an [E] integer assignment with
+    E/P experts on every rank."""
+    warm = np.asarray(warm_start)
+    require(warm.shape == problem.load.shape, "warm_start",
+            f"must have shape {problem.load.shape}, got {warm.shape}")
+    require(warm.dtype.kind in "iu", "warm_start", f"must hold integer ranks, got dtype {warm.dtype}")
+    if not np.all((warm >= 0) & (warm < problem.num_ranks)):
+        raise InputError("warm_start", f"must hold ranks in [0, {problem.num_ranks - 1}], got "
+                                       f"{int(warm.min())}..{int(warm.max())}")
+    require(bool(np.all(np.bincount(warm, minlength=problem.num_ranks) == problem.per_rank)), "warm_start",
+            "must hold E/P experts on every rank")
+
+
+def _import_backend(backend: str) -> None:
+    if backend == "highs":
+        import_pyomo()  # a Ctrl-C during the first import leaves no half-made Pyomo behind
+    else:
+        importlib.import_module(_BACKEND_MODULE["cpsat"])
+
+
 def _relabel_towards(current: np.ndarray, ranks: np.ndarray, num_ranks: int) -> np.ndarray:
     from ..materialise import relabel
 
@@ -243,13 +324,11 @@ def _left(time_limit: float | None, started: float) -> float | None:
     return None if time_limit is None else max(float(time_limit) - (time.perf_counter() - started), 1e-3)
 
 
-def _solve_highs(problem, obj, order, warm, warm_value, time_limit, mip_gap):
-    import_pyomo()  # a Ctrl-C during the first import leaves no half-made Pyomo behind
+def _solve_highs(problem, obj, order, warm, warm_value, time_limit, mip_gap, stats):
+    import_pyomo()  # imported already (solve_layer): a no-op
     import pyomo.environ as pyo
-    from pyomo.contrib.appsi.solvers import Highs
-    from pyomo.contrib.appsi.base import TerminationCondition
 
-    started = time.perf_counter()  # the build (Pyomo's first import, 0.9 s, is the process's)
+    started = time.perf_counter()  # the build
 
     num_experts, num_ranks, per_rank = problem.num_experts, problem.num_ranks, problem.per_rank
     m = pyo.ConcreteModel()
@@ -271,11 +350,41 @@ def _solve_highs(problem, obj, order, warm, warm_value, time_limit, mip_gap):
             m.x[e, p].set_value(1 if warm[e] == p else 0, skip_validation=True)
     _warm_aux(m, problem, obj, warm, warm_value)
 
+    res, ranks = _run_highs(m, problem, time_limit, started, mip_gap, warm_start=True)
+    reported = res.best_feasible_objective
+    if ranks is not None and reported is not None and \
+            obj.evaluate(problem, ranks) > reported + 1e-6 * max(1.0, abs(reported)):
+        # HiGHS (1.16) can prove an optimum in presolve (0 nodes) and still hand back the MIP
+        # start as its solution: the migration repro of tests/test_place_audit2.py reported
+        # 2 moves and loaded the start's 4. Solved again from scratch in the time left (a
+        # HiGHS object of its own, so that no start of the first solve is kept)
+        log.debug("HiGHS returned a solution worth %g for its objective %g: solving again without the start",
+                  obj.evaluate(problem, ranks), reported)
+        stats["highs_restart"] = True
+        if time_limit is None or time.perf_counter() - started < time_limit:
+            again, fresh = _run_highs(m, problem, time_limit, started, mip_gap, warm_start=False)
+            if fresh is not None and obj.evaluate(problem, fresh) < obj.evaluate(problem, ranks):
+                ranks = fresh
+            if again.best_objective_bound is not None and (res.best_objective_bound is None or
+                                                           again.best_objective_bound > res.best_objective_bound):
+                res = again
+    term = str(res.termination_condition).split(".")[-1]
+    return ranks, None, res.best_objective_bound, term
+
+
+def _run_highs(m, problem, time_limit, started, mip_gap, warm_start: bool):
+    """One HiGHS solve of the Pyomo model ``m`` (a new solver object), from the values of
+    its variables when ``warm_start``: (Pyomo's results, the solution's [E] ranks or None)."""
+    import pyomo.environ as pyo
+    from pyomo.contrib.appsi.base import TerminationCondition
+    from pyomo.contrib.appsi.solvers import Highs
+
+    num_experts, num_ranks = problem.num_experts, problem.num_ranks
     opt = Highs()
     # HiGHS's own log goes to a pyomo logger; at DEBUG it shows only with -vv
     opt.config.log_level = logging.DEBUG
     opt.config.load_solution = False
-    opt.config.warmstart = True
+    opt.config.warmstart = warm_start
     if time_limit is not None:
         # appsi hands the model to HiGHS inside solve: that, too, counts against the limit,
         # which is taken as it stands here
@@ -283,18 +392,16 @@ def _solve_highs(problem, obj, order, warm, warm_value, time_limit, mip_gap):
     opt.config.mip_gap = float(mip_gap)
     opt.highs_options = {"threads": 1, "output_flag": False}
     res = solve_pyomo(opt, m)
-    term = str(res.termination_condition).split(".")[-1]
+    if res.termination_condition == TerminationCondition.infeasible:  # pragma: no cover - warm start is feasible
+        raise InputError("placement", "the exact model is infeasible")
     ranks = None
     if res.best_feasible_objective is not None:
         res.solution_loader.load_vars()
         x = np.array([[pyo.value(m.x[e, p]) for p in range(num_ranks)] for e in range(num_experts)])
         ranks = np.argmax(x, axis=1)
-        if not np.all(np.bincount(ranks, minlength=num_ranks) == per_rank):  # pragma: no cover
+        if not np.all(np.bincount(ranks, minlength=num_ranks) == problem.per_rank):  # pragma: no cover
             ranks = None
-    bound = res.best_objective_bound
-    if res.termination_condition == TerminationCondition.infeasible:  # pragma: no cover - warm start is feasible
-        raise InputError("placement", "the exact model is infeasible")
-    return ranks, None, bound, term
+    return res, ranks
 
 
 def _warm_aux(m, problem, obj, warm, warm_value):
@@ -415,7 +522,7 @@ def exact_placement(data, num_ranks: int | None = None, objective="aggregate", *
     data
         An :class:`Instance` (P and G from its cluster) or a :class:`Window`.
     num_ranks
-        P (default: the instance's).
+        P, an integer >= 1 (None: the instance's).
     objective
         ``aggregate``, ``migration``, ``rows`` or another registered name.
     current
@@ -423,14 +530,17 @@ def exact_placement(data, num_ranks: int | None = None, objective="aggregate", *
     layout
         The layout (``rows``).
     num_shards
-        G for ``rows`` (default: the instance's, else 1).
+        G for ``rows``, an integer >= 1 (None: the instance's, else 1).
     time_limit
         Seconds per layer at most.
     total_time_limit
         Seconds for all layers (None: no limit beyond ``time_limit`` per layer): each layer
         gets at most an equal share of the time left, so a layer that ends early leaves
         its time to the next ones. A layer whose share runs out returns its best
-        placement (the warm start at least) with its bound.
+        placement (the warm start at least) with its bound. The warm starts and the builds
+        count, and so does the backend's first import in the process (about a second for
+        Pyomo), which is made only while it and the layer's share fit in the time left
+        (else no model is built).
     mip_gap, tolerance, backend, threads
         As in :func:`solve_layer`.
     warm_start
@@ -440,13 +550,20 @@ def exact_placement(data, num_ranks: int | None = None, objective="aggregate", *
     """
     if isinstance(data, Instance):
         window = data.window
-        num_ranks = num_ranks or data.cluster.ep
-        num_shards = num_shards or data.cluster.edp
+        # None, not 0, means the instance's (0 ranks is an error, as for lpt_ranks)
+        num_ranks = data.cluster.ep if num_ranks is None else num_ranks
+        num_shards = data.cluster.edp if num_shards is None else num_shards
     else:
         window = data
     require(num_ranks is not None, "num_ranks", "is needed with a bare window")
-    num_shards = num_shards or 1
+    num_ranks = integer("num_ranks", num_ranks, low=1)
+    num_shards = integer("num_shards", 1 if num_shards is None else num_shards, low=1)
     obj = get_placement_objective(objective)
+    # the scalars before any work (solve_layer reads them again for every layer)
+    require(backend in BACKENDS, "backend", f"must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    mip_gap = check_mip_gap(mip_gap)
+    number("tolerance", tolerance, low=0)
+    integer("threads", threads, low=1, high=MAX_WORKERS, none=True, hint="solver threads; None: the machine's cores")
     load = window.expert_load()
     if "current" in obj.needs:
         require(current is not None, "current", f"the {obj.name!r} objective needs the current placement")
@@ -455,20 +572,20 @@ def exact_placement(data, num_ranks: int | None = None, objective="aggregate", *
     if current is not None:
         require(current.ranks.shape == load.shape and current.num_ranks == num_ranks, "current",
                 f"placement {current.ranks.shape} on P={current.num_ranks} does not match (L, E) = {load.shape}, P={num_ranks}")
+    time_limit = number("time_limit", time_limit, above=0, none=True, hint="seconds; None: no limit")
+    total_time_limit = number("total_time_limit", total_time_limit, above=0, none=True,
+                              hint="seconds; None: time_limit per layer only")
+    start = time.perf_counter()  # the warm starts count against total_time_limit too
     if warm_start is not None:
         require(warm_start.ranks.shape == load.shape, "warm_start", f"shape {warm_start.ranks.shape} does not match {load.shape}")
         warm = warm_start.ranks
     else:
         warm = local_search_ranks(load, lpt_ranks(load, num_ranks), num_ranks)
     results = []
-    time_limit = number("time_limit", time_limit, above=0, none=True, hint="seconds; None: no limit")
-    total_time_limit = number("total_time_limit", total_time_limit, above=0, none=True,
-                              hint="seconds; None: time_limit per layer only")
-    start = time.perf_counter()
     overrun = []  # per layer: seconds past its limit (the model's build, the solver's overshoot)
     stages = 2 if obj.name == "migration" else 1  # solve_layer's two stages (no load cap here)
     for l in range(window.num_layers):
-        limit = time_limit
+        limit, build_limit = time_limit, None
         if total_time_limit is not None:
             # an equal share of what is left, less what each layer took beyond its limit so
             # far (a Pyomo build is about 0.1 s: 48 layers ran 15.4 s for 10 s without it).
@@ -482,21 +599,29 @@ def exact_placement(data, num_ranks: int | None = None, objective="aggregate", *
             # would otherwise take twice its share and starve the next layer
             share /= stages
             limit = share if limit is None else min(limit, share)
+            # with a budget for all layers, a model whose build would take more than half
+            # the layer's share is not built (a 1000-sample window's rows models took 19 s
+            # for 2 s). The backend's first import (Pyomo: about 1 s, more than most
+            # shares) is the run's, once: it is allowed on top while it and this layer's
+            # share fit in what is left, and then shrinks the later shares (it is in the
+            # time spent, not in `overrun`), so the run keeps its limit; otherwise no model
+            # is built (--time-limit 0.1 took 1.8 s, 1 s of it Pyomo's)
+            build_limit = 0.5 * limit
+            first_import = import_seconds(backend)
+            if first_import and first_import + stages * limit <= left:
+                build_limit += first_import
         problem = LayerProblem(
             load[l], num_ranks,
             current=None if current is None else current.ranks[l],
             cell_load=cell_loads(window, layout, num_shards, l) if "cell_load" in obj.needs else None,
         )
         # migration derives its own warm start from the aggregate solve
-        # with a budget for all layers, a model whose build would take more than half the
-        # layer's share is not built (a 1000-sample window's rows models took 19 s for 2 s)
         res = solve_layer(problem, obj, time_limit=limit, mip_gap=mip_gap,
                           warm_start=None if obj.name == "migration" and warm_start is None else warm[l],
-                          backend=backend, tolerance=tolerance, threads=threads,
-                          build_limit=None if total_time_limit is None else 0.5 * limit)
+                          backend=backend, tolerance=tolerance, threads=threads, build_limit=build_limit)
         res.stats["time_limit"] = limit  # this layer's share per stage (None: no limit)
         if limit is not None:
-            overrun.append(max(res.seconds - stages * limit, 0.0))
+            overrun.append(max(res.seconds - res.stats.get("import_seconds", 0.0) - stages * limit, 0.0))
         log.debug("placement layer %d: %s value %g bound %g (%.3f s)", l, res.status, res.value, res.bound, res.seconds)
         if callback is not None:
             callback(l, res)

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import InputError, require
+from ..errors import InputError, integer, require
 from .bounds import placement_lower_bound
 
 
@@ -29,10 +29,16 @@ class LayerProblem:
     num_ranks
         P.
     current
-        [E] ranks of the current placement (``migration``).
+        [E] integer ranks in [0, P) of the current placement (``migration``).
     cell_load
-        [C, E] tokens each (row, shard) group sends to each expert, C = R*G (``rows``);
-        W[r,g,l,p] = sum_{e: pi(e)=p} cell_load[(r,g), e].
+        [C, E] tokens each (row, shard) group sends to each expert, C = R*G >= 1
+        (``rows``); W[r,g,l,p] = sum_{e: pi(e)=p} cell_load[(r,g), e]. Finite and >= 0.
+
+    Raises
+    ------
+    InputError
+        One line naming the field: P not an integer >= 1 or not dividing E, ``current`` or
+        ``cell_load`` of another shape, a rank out of range, a negative or non-finite load.
     load_cap
         ``migration``: the largest max rank load allowed, (1 + tolerance) x best aggregate.
     """
@@ -44,9 +50,28 @@ class LayerProblem:
     load_cap: float | None = None
 
     def __post_init__(self):
+        num_ranks = integer("num_ranks", self.num_ranks, low=1)  # 0 divided E by zero
         load = np.asarray(self.load)
-        require(load.ndim == 1 and load.size % self.num_ranks == 0, "load", f"must be [E] with P={self.num_ranks} dividing E, got shape {load.shape}")
+        require(load.ndim == 1 and load.size % num_ranks == 0, "load", f"must be [E] with P={num_ranks} dividing E, got shape {load.shape}")
+        object.__setattr__(self, "num_ranks", num_ranks)
         object.__setattr__(self, "load", load)
+        if self.current is not None:
+            # the migration model indexes x[e, current[e]]
+            current = np.asarray(self.current)
+            require(current.shape == load.shape, "current", f"must be [E] = {load.shape}, got shape {current.shape}")
+            require(current.dtype.kind in "iu", "current", f"must hold integer ranks, got dtype {current.dtype}")
+            if not np.all((current >= 0) & (current < num_ranks)):
+                raise InputError("current", f"must hold ranks in [0, {num_ranks - 1}], got "
+                                            f"{int(current.min())}..{int(current.max())}")
+            object.__setattr__(self, "current", current)
+        if self.cell_load is not None:
+            # the rows objective multiplies it by the [E, P] assignment: a numpy error otherwise
+            cell = np.asarray(self.cell_load)
+            require(cell.ndim == 2 and cell.shape[0] >= 1 and cell.shape[1] == load.size, "cell_load",
+                    f"must be [C, E] with C >= 1 and E={load.size}, got shape {cell.shape}")
+            require(cell.dtype.kind in "biuf", "cell_load", f"must be numbers, got dtype {cell.dtype}")
+            require(bool(np.all(np.isfinite(cell))) and bool(np.all(cell >= 0)), "cell_load", "must be finite and >= 0")
+            object.__setattr__(self, "cell_load", cell)
 
     @property
     def num_experts(self) -> int:
