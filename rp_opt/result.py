@@ -129,6 +129,8 @@ class Result:
     def summary(self) -> str:
         """A few human lines."""
         lines = [f"solver {self.solver}: {self.status} in {self.seconds:.3f} s"]
+        if self.plan is None and isinstance(self.stats, dict) and self.stats.get("reason"):
+            lines.append(f"  reason    {self.stats['reason']}")         # why there is no plan
         if self.plan is not None:
             lines.append(f"  rows      {self.plan.num_rows}")
             lines.append(f"  objective {self.plan.objective}")

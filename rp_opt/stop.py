@@ -10,7 +10,10 @@ True to stop::
 
 from __future__ import annotations
 
+import math
 import time
+
+from .errors import integer, require
 
 
 class StoppingCriterion:
@@ -20,16 +23,23 @@ class StoppingCriterion:
         raise NotImplementedError
 
     def __or__(self, other: "StoppingCriterion") -> "AnyOf":
+        if not isinstance(other, StoppingCriterion):
+            return NotImplemented  # TypeError now, not at the first call
         return AnyOf(self, other)
 
 
 class AnyOf(StoppingCriterion):
-    """Stops when any of its criteria stops."""
+    """Stops when any of its criteria stops. A criterion given twice (``m | m``) is asked
+    once per call: its counters advance once."""
 
     def __init__(self, *criteria: StoppingCriterion):
         self.criteria = []
         for c in criteria:
-            self.criteria.extend(c.criteria if isinstance(c, AnyOf) else [c])
+            require(isinstance(c, StoppingCriterion), "criteria",
+                    f"must be stopping criteria, got {type(c).__name__}")
+            for one in c.criteria if isinstance(c, AnyOf) else [c]:
+                if not any(one is seen for seen in self.criteria):
+                    self.criteria.append(one)
 
     def __call__(self, best) -> bool:
         # evaluate all so every counter advances in step
@@ -40,6 +50,8 @@ class MaxSeconds(StoppingCriterion):
     """Stops once ``seconds`` of wall time have passed since the first call."""
 
     def __init__(self, seconds: float):
+        ok = isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and not math.isnan(seconds)
+        require(ok and seconds >= 0, "seconds", f"must be a number >= 0 (inf: no limit), got {seconds!r}")
         self.seconds = float(seconds)
         self._start: float | None = None
 
@@ -54,7 +66,7 @@ class MaxIterations(StoppingCriterion):
     """Stops after ``iterations`` calls."""
 
     def __init__(self, iterations: int):
-        self.iterations = int(iterations)
+        self.iterations = integer("iterations", iterations, 0)
         self._count = 0
 
     def __call__(self, best) -> bool:
@@ -66,12 +78,13 @@ class NoImprovement(StoppingCriterion):
     """Stops after ``iterations`` consecutive calls without a strictly better ``best``."""
 
     def __init__(self, iterations: int):
-        self.iterations = int(iterations)
+        self.iterations = integer("iterations", iterations, 1)
         self._best = None
         self._stale = 0
 
     def __call__(self, best) -> bool:
-        if self._best is None or best < self._best:
+        # a NaN best so far is no best: the first number after it is an improvement
+        if self._best is None or self._best != self._best or best < self._best:
             self._best = best
             self._stale = 0
         else:

@@ -13,6 +13,10 @@ from ._common import (add_cost, add_json, check_output, default_instance_path, e
 log = logging.getLogger("rp_opt")
 
 
+# scalar stats that are fractions (shown in % in the table)
+PERCENT_STATS = frozenset({"placement_gap", "improvement", "gap", "primary_gap", "window_gap"})
+
+
 def register(sub) -> None:
     p = sub.add_parser("plan", help="plan placement and packing for a window")
     p.add_argument("file", nargs="?", help="instance .npz (default: the embedded default instance)")
@@ -111,7 +115,9 @@ def run(args) -> int:
     else:
         print(result.summary())
         stats = result.stats
-        extra = [[k, v] for k, v in stats.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)]
+        # relative gaps and improvements in % as the summary's gap (they are fractions in --json)
+        extra = [[k, f"{100 * v:.4f} %" if k in PERCENT_STATS and isinstance(v, float) else v]
+                 for k, v in stats.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)]
         # where the gap sits (rp_opt.bounds.CostBounds.gap_split, in the gap's units)
         extra += [[f"gap: {k}", f"{100 * v:.4f} %"] for k, v in (stats.get("gap_split") or {}).items()]
         if extra:
