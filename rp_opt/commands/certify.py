@@ -17,7 +17,8 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "certify", help="prove the minimum row count R* of a window (or the optimum of a BPPLIB file)",
         description="Certify R*, the least number of rows of a layout: lower bounds (L1, L2, "
-                    "cardinality, arc-flow LP), packings (FFD, BFD, MBS, LP diving on the arc-flow "
+                    "cardinality, item count, arc-flow LP), packings (FFD, BFD, MBS; with a sample limit m, "
+                    "worst fit into a fixed cell count and a bin-emptying LNS; LP diving on the arc-flow "
                     "LP) and an exact search on the arc-flow graph pruned by the waste budget "
                     "(HiGHS MIP, CP-SAT). Exit code 0 when proven, 1 when infeasible or not closed "
                     "in time, 2 on bad input.")
