@@ -761,12 +761,21 @@ def timed_window_bound(instance: Instance, num_rows: int, objective) -> tuple[fl
     return bound, time.perf_counter() - started
 
 
-def hidden_seconds(instance: Instance) -> float:
-    """Estimated seconds of :func:`rp_opt.bounds.every_placement_row_excess`: a few passes
-    over a[i,l,e] and some work per layer and expert (on the 2-core machine, one thread,
-    0.22, 0.35, 1.1 and 4.7 s for N = 512, 1024, 4096 and 16384 with L x E = 48 x 256;
-    0.09 s for 512 x 8 x 256), three quarters of that where two threads share the layers
-    (:func:`excess_threads`)."""
+def hidden_seconds(instance: Instance, others: int | None = None) -> float:
+    """Estimated seconds of :func:`rp_opt.bounds.every_placement_row_excess`: its tables
+    (about 1e-5 s per sample) and L E (1.5e-5 + 2.5e-8 N) for the layers, three quarters of
+    that where two threads share them (:func:`excess_threads`); times 1 + ``others``, the
+    threads of other processes running now (None: an idle machine).
+
+    Measured on the 2-core machine, idle (min of 4 runs): 0.046-0.064 s for 256 x 8 x 256
+    (N x L x E; estimated 0.046), 0.055 for 512 x 8 x 256 (0.062), 0.033 for 1024 x 8 x 64
+    (0.031), 0.065 for 512 x 12 x 256 (0.090), 0.26-0.32 for 512 x 48 x 256 (0.35), 0.21
+    for 4096 x 16 x 128 (0.22) and 0.68-0.87 for 16384 x 16 x 128 (0.82). Beside other
+    work it is slower: with 1, 2, 3 busy loops (others_running 1-3) 1.3, 1.5, 2.2 times the
+    idle time on 4096 x 16 x 128, and 3-5 times beside others' numpy runs (load average
+    2.3-3.5), where the idle estimate let a 2-s plan spend 0.66-0.86 s, not a tenth, on it;
+    too high an estimate only leaves the bound out of the report."""
     window = instance.window
-    seconds = window.num_layers * window.num_experts * (1e-5 + 2.5e-8 * window.num_samples)
-    return 0.75 * seconds if excess_threads(instance) > 1 else seconds
+    layers = window.num_layers * window.num_experts * (1.5e-5 + 2.5e-8 * window.num_samples)
+    seconds = 1e-5 * window.num_samples + (0.75 * layers if excess_threads(instance) > 1 else layers)
+    return seconds * (1 + max(0, int(others or 0)))

@@ -97,16 +97,23 @@ def test_row_excess_for_every_placement_only_within_its_budget():
 
 def test_background_bound_gives_the_window_bound_in_the_report():
     """``background_bound``: a row excess for every placement too slow for a tenth of the
-    limit (here estimated 0.070 s for 512 x 12 x 256 entries, against 0.05 s) runs in a forked
+    limit (here estimated 0.090 s for 512 x 12 x 256 entries, against 0.05 s) runs in a forked
     process beside the search; ready by the end, the report's bound is the window's bound
-    with no time limit. Off by default (the report keeps the bound it had in time)."""
+    with no time limit. Off by default (the report keeps the bound it had in time).
+
+    On a loaded machine the process may not finish within the 0.5 s (the estimate grows
+    with the load, and the run may then not start it): up to three tries, every plan
+    checked, until one is ready (two CI runs beside four helper sessions failed once each)."""
     inst = synth.generate(model="ling-flash-like", samples=512, dp=8, edp=2, ep=8, capacity=8192, layers=12,
                           seed=5)
     assert HIDDEN_SHARE * 0.5 < hidden_seconds(inst) <= BACKGROUND_SHARE * 0.5
     assert (inst.window.lengths == 8192).any()                     # full-length samples: a row charge
-    res = heuristic(inst, objective="sync", time_limit=0.5, seed=0, background_bound=True,
-                           report_baseline=False)
-    assert_checked(inst, res)
+    for _ in range(3):
+        res = heuristic(inst, objective="sync", time_limit=0.5, seed=0, background_bound=True,
+                        report_baseline=False)
+        assert_checked(inst, res)
+        if res.stats.get("hidden_background") == "ready":
+            break
     assert res.stats["hidden_background"] == "ready" and res.stats["hidden_bound"]
     rows = res.plan.num_rows
     assert res.bound == pytest.approx(window_bound(inst, rows, "sync"), rel=1e-12)

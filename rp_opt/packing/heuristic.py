@@ -25,7 +25,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..bounds import hidden_seconds, uses_row_maxima
+from ..bounds import every_placement_row_excess, hidden_seconds, uses_row_maxima
 from ..cost import layout_costs, rank_demand_major, rank_major_view
 from ..errors import require
 from ..objectives import get_objective
@@ -161,7 +161,10 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     default 200), ``anneal_share`` (share of the packing time for the first anneal; default
     0 without ``temperatures``: the search starts from the best seed; 0.3 with them; an
     anneal from the search's local optimum and the seeds runs, with at least 0.3 of the
-    time left, whenever the search stops at one), ``no_improvement``, ``seeds`` (seed rules,
+    time left, whenever the search stops at one), ``no_improvement`` (N: every anneal round
+    also stops after N temperature steps without a better plan, and a round that it stops
+    without one ends the run, ``stats["stopped"]``; so a long limit need not be used up),
+    ``seeds`` (seed rules,
     default witness, ffd, kk, blocks, blocks-kk, greedy when it fits the budget, and anchors
     (:mod:`.anchors`) when the primary is a sum over rows of maxima such as ``sync``),
     ``anchor_margin`` (the search starts from the anchor seed when its energy is within
@@ -186,7 +189,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     ``temperatures`` or when no other thread runs now (:func:`others_running`; the 1-min
     load average where that cannot be read) so that a core is free, else 1), ``surrogate`` (0.05), ``reserve`` (seconds
     kept for the final scoring, default 0.04 * time_limit plus the time the lower bounds
-    took), ``background_bound`` (false; true: under a primary of row maxima, the row excess
+    took less the row excess for every placement: what a refined placement computes
+    again), ``background_bound`` (false; true: under a primary of row maxima, the row excess
     for every placement too slow for a tenth of the limit runs in a process of its own
     beside the search when it fits :data:`BACKGROUND_SHARE` of it, for a tighter reported
     bound at a slightly worse plan; ``stats["hidden_background"]`` says whether it was
@@ -203,21 +207,39 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     to the limit (with less time it may prove less and start from another witness).
     ``stats["deterministic"]`` says which kind of run it was.
 
+    The result is never worse (by the exact tuple) than the best seed, nor than the warm
+    start. ``stats["best_from"]`` says what made it: ``seed`` (a seed layout, unchanged;
+    ``search_start`` names the search's), ``warm_start``, ``anneal``, ``search`` or
+    ``refine`` (the search under a refined placement); ``temperatures``, ``steps``,
+    ``proposals`` and ``accepted`` are summed over the ``anneal_rounds`` rounds that
+    annealed (of ``rounds``); ``stopped`` says why the run ended.
+
     Ctrl-C (KeyboardInterrupt) during the anneal, the search or a refine round ends the run
     with the best plan found so far (``stats["interrupted"]``; worker processes leave the
-    signal to this one and exit quietly).
+    signal to this one and exit quietly); during the set-up (R*, seeds, bounds), with the
+    best layout built by then (the seeds, else the certifier's witness) under the placement
+    at hand (``stats["interrupted_in"]``), and before there is one the KeyboardInterrupt
+    propagates.
     """
     started = time.perf_counter()
     time_limit, seed, workers, options = heuristic_inputs(time_limit, seed, workers, options)
     run = _Run(instance, get_objective(objective), time_limit, seed, options, started)
-    run.choose_placement(warm_start, placement)
-    for step in (run.choose_rows, run.build_seeds):
-        no_plan = step()        # the Result of a window with no row count or no seed
-        if no_plan is not None:
-            return no_plan
-    run.build_problem()
-    run.add_seed_variants()
-    run.schedule(workers)
+    try:
+        run.choose_placement(warm_start, placement)
+        for step in (run.choose_rows, run.build_seeds):
+            no_plan = step()        # the Result of a window with no row count or no seed
+            if no_plan is not None:
+                return no_plan
+        run.build_problem()
+        run.add_seed_variants()
+        run.schedule(workers)
+    except KeyboardInterrupt:
+        # Ctrl-C in the set-up (R*, seeds, bounds: seconds at N = 16384): the best layout
+        # built so far under the placement at hand; nothing to return before one exists
+        interrupted = run.setup_interrupted()
+        if interrupted is None:
+            raise
+        return interrupted
     while True:
         # a cycle: packing rounds (anneal, block search), then rounds of placement
         # refinement; another cycle from the best plan while a tenth of the limit is left
@@ -230,6 +252,17 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
             break
     run.stats["cycles"] = run.cycles
     return run.result()
+
+
+class _Stale(NoImprovement):
+    """:class:`~rp_opt.stop.NoImprovement` that remembers whether its last call said stop
+    (so that a round knows whether ``no_improvement`` or its time share ended its anneal)."""
+
+    fired = False
+
+    def __call__(self, best) -> bool:
+        self.fired = super().__call__(best)
+        return self.fired
 
 
 class _Run:
@@ -248,13 +281,29 @@ class _Run:
         # a fixed schedule (``temperatures``): the same work whatever the limit
         self.deterministic = options.get("temperatures") is not None
         self.background: BackgroundBound | None = None
-        # the search so far: the best layout and its energy, the seeds' and the first
-        # anneal's energies, rounds (all cycles), refinement rounds, cycles
-        self.best, self.best_energy = None, np.inf
-        self.seed_energy, self.anneal_energy, self.astats = None, None, None
+        # the search so far: the best layout, its energy and what made it (``best_from``),
+        # the seeds' and the first anneal's energies, rounds (all cycles), refinement rounds,
+        # cycles
+        self.best, self.best_energy, self.best_from = None, np.inf, None
+        self.seed_energy, self.anneal_energy = None, None
+        # every anneal round's figures summed (``stats["temperatures"]`` ...), and the rounds
+        # that annealed (the first round of a time-limited run starts from the best seed)
+        self.anneal_total, self.anneal_rounds = AnnealStats(), 0
+        # the best seed (name, layout, energy, and the placement and rank demand it was scored
+        # under): a candidate for the result, since the search may start from another seed
+        # (the anchor seed, ``anchor_margin``) and end above it
+        self.best_seed: tuple | None = None
         self.search_stats: dict = {}
         self.rounds = self.refine_rounds = self.cycles = 0
         self.overrun = 0.0
+        # ``no_improvement``: the anneal's criterion of the current round, and why the run
+        # ended (``stats["stopped"]``)
+        self.stale: _Stale | None = None
+        self.stopped: str | None = None
+        # the set-up phase running now (for a Ctrl-C in it, ``stats["interrupted_in"]``)
+        self.phase = "placement"
+        self.placement = self.witness = self.seeds = self.demand = self.lower_bounds = None
+        self.others, self.others_read = None, False                   # others_running(), once
         # Ctrl-C (KeyboardInterrupt) during the anneal, a search or a refine round ends the
         # run with the best plan so far (stats["interrupted"]); the workers leave it to us
         self.interrupted = False
@@ -291,6 +340,7 @@ class _Run:
         and the certifier's witness; the Result of the run when there is no row count to
         plan with."""
         window, cluster, stats, options = self.window, self.cluster, self.stats, self.options
+        self.phase = "rows"
         t = time.perf_counter()
         if options.get("num_rows") is not None:
             num_rows, witness, row_stats = int(options["num_rows"]), None, {"rows_method": "given"}
@@ -323,10 +373,12 @@ class _Run:
         start's layout); the Result of the run when no seed could be built."""
         instance, window, cluster, options = self.instance, self.window, self.cluster, self.options
         num_rows, witness = self.num_rows, self.witness
+        self.phase = "rank demand"
         t = time.perf_counter()
         self.major = rank_demand_major(window, self.placement)                  # [N, P*L] int32
         self.demand = rank_major_view(self.major, window.num_layers)            # [N, L, P] view, no copy
         self.timings["rank_demand"] = time.perf_counter() - t
+        self.phase = "seeds"
         t = time.perf_counter()
         # under a time limit the later (costlier) seed rules wait for time left: from 60 % of
         # the limit on, no further rule starts (N = 16384 at 1 s: the fixed phases alone took
@@ -374,32 +426,45 @@ class _Run:
 
     def build_problem(self) -> None:
         """The kernel's problem and the report's lower bounds (the row excess for every
-        placement in the report where it fits a tenth of the limit, else, with
-        ``background_bound``, beside the search where it fits most of it)."""
+        placement in the report where it fits a tenth of the limit on the machine as loaded
+        now, else, with ``background_bound``, beside the search where it fits most of it)."""
         instance, window, cluster, options = self.instance, self.window, self.cluster, self.options
+        self.phase = "bounds"
+        # the row excess for every placement (a primary of row maxima and a full-length
+        # sample, else it is 0) where it fits a tenth of the limit on the machine as loaded
+        # now (:func:`hidden_seconds`; beside others' numpy runs it took 3-5 times as long;
+        # the load is read outside the bounds' time, which the reserve counts)
+        applies = uses_row_maxima(self.objective, cluster.edp) and bool(np.any(window.lengths == cluster.capacity))
+        idle = hidden_seconds(instance)
+        inline = applies and idle <= HIDDEN_SHARE * self.time_limit \
+            and hidden_seconds(instance, self._others()) <= HIDDEN_SHARE * self.time_limit
         t = time.perf_counter()
         self.problem = make_problem(instance, self.major, self.num_rows, self.objective)
-        if (uses_row_maxima(self.objective, cluster.edp) and not self.deterministic
-                and options.get("background_bound", False)
-                and bool(np.any(window.lengths == cluster.capacity))          # else it is 0
-                and HIDDEN_SHARE * self.time_limit < hidden_seconds(instance) <= BACKGROUND_SHARE * self.time_limit
-                and (os.cpu_count() or 1) > 1):
+        if (applies and not inline and not self.deterministic and options.get("background_bound", False)
+                and idle <= BACKGROUND_SHARE * self.time_limit and (os.cpu_count() or 1) > 1):
             self.background = BackgroundBound(instance, self.num_rows, self.load)
-        self._set_bounds()
+        # timed apart: it depends on no placement, so a refined placement's bounds reuse it
+        # (_adopt) and the reserve leaves it out (l4k.npz, N = 4096: 0.3-0.9 s of the 2-s
+        # plan's bounds)
+        every_row_excess = None
+        if inline:
+            h = time.perf_counter()
+            every_row_excess = every_placement_row_excess(instance, self.num_rows, None, self.load)
+            self.timings["hidden_bound"] = time.perf_counter() - h
+        self._set_bounds(every_row_excess)
         self.timings["bounds"] = time.perf_counter() - t
         self.names = list(self.seeds)
         self.starts = [self.seeds[name].cell_of for name in self.names]
 
     def _set_bounds(self, every_row_excess: float | None = None) -> None:
-        """The report's bounds for the current placement (the row excess for every
-        placement, placement-free, is taken from ``every_row_excess`` when given)."""
+        """The report's bounds for the current placement, with ``every_row_excess`` (the
+        row excess for every placement, placement-free; None: left out of them)."""
+        # (hidden_budget 0: build_problem decides on the row excess for every placement)
         bound_stats = report_bounds(self.instance, self.placement, self.num_rows, self.objective, self.demand,
-                                    baseline=False, load=self.load, hidden_budget=HIDDEN_SHARE * self.time_limit,
+                                    baseline=False, load=self.load, hidden_budget=0.0,
                                     every_row_excess=every_row_excess)
         bound_stats.pop("analytic_bounds")
-        excess = bound_stats.pop("every_row_excess")
-        if every_row_excess is None:
-            self.every_row_excess = excess
+        self.every_row_excess = bound_stats.pop("every_row_excess")
         self.lower_bounds = bound_stats.pop("lower_bounds")
         self.bound_stats = bound_stats
 
@@ -407,6 +472,7 @@ class _Run:
         """Every seed also with its cells regrouped whole (``regroup``), and the anchor seed
         where the probe says it pays (:func:`_anchors_pay`)."""
         instance, options, problem = self.instance, self.options, self.problem
+        self.phase = "seed variants"
         regroup = options.get("regroup")
         # the primary's first aggregate decides (regroup_cells and arrange_blocks arrange for it)
         first = problem.aggregates[0]
@@ -451,14 +517,19 @@ class _Run:
         """How the packing time is spent: replicas and processes, the anneal's share and
         stopping rule, the search's processes and deadline, the refinement's share."""
         options, time_limit, deterministic = self.options, self.time_limit, self.deterministic
+        self.phase = "schedule"
         self.replicas = int(options.get("replicas", 32))
         workers = os.cpu_count() or 1 if workers is None else int(workers)
         self.workers = max(1, min(workers, self.replicas))
         self.do_search = bool(options.get("search", True)) and self.problem.num_pairs > 1
         # time left for the packing, less a reserve for what follows the last search: the final
         # scoring (one full evaluation) and, when a refined placement is adopted, its bounds
-        # again (as long as the first time: 0.09-0.16 s at N = 16384)
-        self.reserve = float(options.get("reserve", 0.04 * time_limit + self.timings["bounds"]))
+        # again (as long as the first time, 0.09-0.16 s at N = 16384, less the row excess for
+        # every placement, which it reuses: with it the reserve took 0.9 s of the 2-s plan of
+        # l4k.npz, N = 4096, and its search never ran)
+        again = self.timings["bounds"] - self.timings.get("hidden_bound", 0.0)
+        self.reserve = float(options.get("reserve", 0.04 * time_limit + again))
+        self.stats["reserve"] = self.reserve
         remaining = max(time_limit - (time.perf_counter() - self.started) - self.reserve, 0.05)
         # measured (scripts/bench_heuristic.py, N = 16..16384): the block search gains more per
         # second than the anneal, so the first round starts from the best seed; the anneal runs
@@ -469,8 +540,9 @@ class _Run:
             # a second search process only pays when a core is free (measured: under a full
             # machine the session gets the same CPU time with one or two processes); with a fixed
             # schedule it is ``workers`` (deterministic for a seed and a worker count)
-            others = others_running()
-            if others is not None and self.background is not None and self.background.running():
+            read = self.others_read                           # (read before this plan's own bound started)
+            others = self._others()
+            if others is not None and not read and self.background is not None and self.background.running():
                 others -= 1                                    # this plan's own bound
             if others is None:
                 free = not hasattr(os, "getloadavg") or os.getloadavg()[0] <= (os.cpu_count() or 1) - 1
@@ -480,12 +552,10 @@ class _Run:
         self.search_workers = int(search_workers)
         self.run_limit = None
         if deterministic:
-            self.stop = MaxIterations(int(options["temperatures"]))
+            self.stop = self._with_stale(MaxIterations(int(options["temperatures"])))
         else:
             self.run_limit = max(self.share * remaining, 0.02)
-            self.stop = MaxSeconds(self.run_limit)
-        if options.get("no_improvement"):
-            self.stop = self.stop | NoImprovement(int(options["no_improvement"]))
+            self.stop = self._with_stale(MaxSeconds(self.run_limit))
         self.skip_anneal = self.share == 0.0
         self.deadline = None if deterministic else self.started + time_limit - self.reserve
         # placement refined for the found layout, then more search (``refine``): the last
@@ -502,6 +572,60 @@ class _Run:
         self.stats["refine"] = []
         self.tag = f"heuristic {self.objective.name}, N = {self.window.num_samples}, R = {self.num_rows}"
 
+    def setup_interrupted(self) -> Result | None:
+        """The Result of a run that a Ctrl-C stopped in its set-up: the best layout built so
+        far (the seeds, else the certifier's witness and the warm start's layout) under the
+        placement at hand, scored exactly, with the bounds when they were computed;
+        ``stats["interrupted"]`` and ``stats["interrupted_in"]`` (the phase). None when there
+        is no placement or no layout yet."""
+        instance, objective, stats = self.instance, self.objective, self.stats
+        if self.placement is None:
+            return None
+        layouts = dict(self.seeds or {})
+        if not layouts:
+            num_rows = getattr(self, "num_rows", None)
+            if self.witness is not None:
+                layouts["witness"] = self.witness
+            if (self.warm_layout is not None and num_rows is not None
+                    and layout_violation(instance, self.warm_layout, num_rows) is None):
+                layouts["warm_start"] = self.warm_layout
+        if not layouts:
+            return None
+        if self.background is not None:
+            self.background.close()
+        # one full evaluation each (the seeds: about 7 of them), least exact tuple first
+        scored = {name: objective.evaluate(layout_costs(instance, self.placement, layout, self.demand))
+                  for name, layout in layouts.items()}
+        name = min(scored, key=scored.get)
+        value, layout = scored[name], layouts[name]
+        bound, level_bounds = None, None
+        if self.lower_bounds is not None:
+            stats.update(self.bound_stats)
+            bound, level_bounds = stats["lower_bound"], self.lower_bounds.objective(objective)
+            stats["bound_scope"] = EVERY_PLACEMENT
+        stats.update(objective=objective.name, interrupted=True, interrupted_in=f"set-up ({self.phase})",
+                     stopped="interrupted (Ctrl-C)", best_from=name if name in ("witness", "warm_start") else "seed",
+                     search_start=name, seeds=list(layouts), deterministic=self.deterministic, timings=self.timings)
+        return Result(proven_status(value, level_bounds), Plan(self.placement, layout, objective.name, value, stats),
+                      value, bound, time.perf_counter() - self.started, "heuristic", stats)
+
+    def _others(self) -> int | None:
+        """:func:`others_running`, read once a run (the bounds and the search's processes
+        both ask; each read takes about 16 ms)."""
+        if not self.others_read:
+            self.others, self.others_read = others_running(), True
+        return self.others
+
+    def _with_stale(self, stop):
+        """A round's anneal criterion ``stop``, or'ed with ``no_improvement`` (temperature
+        steps without a better plan) when it is set: in every round, so that a run with a
+        long limit ends once an anneal round stops improving (:meth:`packing_rounds`)."""
+        self.stale = None
+        if self.options.get("no_improvement"):
+            self.stale = _Stale(int(self.options["no_improvement"]))
+            return stop | self.stale
+        return stop
+
     def progress(self, what: str, energy: float, always: bool = False) -> None:
         """One progress line when the best energy fell (or ``always``): the phase, the
         best energy (the scalar that orders plans as the objective does; about the
@@ -517,25 +641,41 @@ class _Run:
         """Rounds of population annealing from the best so far and the seeds
         (diversification), then the block-pair search from the anneal's best
         (intensification); another round only when the search stopped at a local optimum
-        with time left."""
+        with time left. With ``no_improvement``, an anneal round that it stops without a
+        better plan ends the run (``stats["stopped"]``)."""
         options, seed = self.options, self.seed
         while True:
+            before = self.best_energy
+            annealed = not (self.skip_anneal and self.best is None)
             found, energy, astats = self._anneal()
-            self.astats = astats
             self.timings["anneal"] += astats.seconds
+            self._count_anneal(astats, annealed)
+            label = "anneal"
             if self.seed_energy is None:
                 self.seed_energy = dict(zip(self.names, astats.start_energies or []))
                 self.anneal_energy = energy
                 if self.seed_energy:
                     rule = min(self.seed_energy, key=self.seed_energy.get)
                     self.progress(f"best seed {rule}", self.seed_energy[rule])
+                    self.best_seed = (rule, np.asarray(self.starts[self.names.index(rule)], dtype=np.int64),
+                                      self.seed_energy[rule], self.placement, self.demand)
+                    # no anneal, or one that did not go below its best start: a seed is the plan
+                    start = self.stats.get("search_start", rule) if not annealed else rule
+                    if not annealed or not energy < self.seed_energy[rule]:
+                        label = "warm_start" if start == "warm_start" else "seed"
             if energy < self.best_energy:
-                self.best, self.best_energy = found, energy
+                self.best, self.best_energy, self.best_from = found, energy, label
             self.rounds += 1
-            if not (self.skip_anneal and self.rounds == 1):
+            if annealed:
                 self.progress(f"anneal, round {self.rounds}", self.best_energy)
             self.interrupted = astats.interrupted
             if self.interrupted or not self.do_search:
+                return
+            if annealed and self.stale is not None and self.stale.fired and before < np.inf and not energy < before:
+                # the anneal from the best plan found nothing better in ``no_improvement``
+                # temperature steps: the search from it would end where it started
+                self.stopped = (f"no_improvement: the anneal of round {self.rounds} ran "
+                                f"{self.stale.iterations} temperature steps without a better plan")
                 return
             if self.deadline is not None and time.perf_counter() >= self.deadline:
                 # the phases before it (placement, R*, rank demand, seeds, bounds) took the time: a
@@ -543,6 +683,7 @@ class _Run:
                 self.search_stats = self.search_stats or {"skipped": "deadline passed before the search"}
                 return
             t = time.perf_counter()
+            before = self.best_energy
             try:
                 found, energy, self.search_stats = search_layout(
                     self.problem, self.best, deadline=self.deadline, seed=seed + 1000 * self.rounds,
@@ -554,6 +695,8 @@ class _Run:
             if not self.search_stats.get("interrupted"):
                 self.best, self.best_energy = _arrange_after_search(self.problem, self.best, self.best_energy,
                                                                     options, self.search_stats)
+            if self.best_energy < before:
+                self.best_from = "search"
             if self.deadline is not None:
                 # a search returns after its deadline by its last block pair and its own teardown;
                 # the refinement's search ends that much earlier
@@ -567,7 +710,20 @@ class _Run:
                 return
             # the search is at a local optimum: diversify with an anneal from it and the seeds
             self.run_limit = max(self.share, 0.3) * left
-            self.stop = MaxSeconds(self.run_limit)
+            self.stop = self._with_stale(MaxSeconds(self.run_limit))
+
+    def _count_anneal(self, astats: AnnealStats, annealed: bool) -> None:
+        """Adds a round's anneal figures to the run's (``stats["temperatures"]``, ``steps``,
+        ``proposals``, ``accepted``: sums over the rounds that annealed)."""
+        total = self.anneal_total
+        total.temperatures += astats.temperatures
+        total.steps += astats.steps
+        total.proposals += astats.proposals
+        total.accepted += astats.accepted
+        total.seconds += astats.seconds
+        if annealed:
+            self.anneal_rounds += 1
+            total.t_start, total.t_end = astats.t_start, astats.t_end
 
     def _anneal(self) -> tuple[np.ndarray, float, AnnealStats]:
         """The round's anneal from the best so far and the seeds; the best seed (no anneal)
@@ -598,7 +754,7 @@ class _Run:
         options = self.options
         per_cycle = int(options.get("refine_rounds", 1))
         cycle_refines = 0
-        while self.do_refine and not self.interrupted:
+        while self.do_refine and not self.interrupted and self.stopped is None:
             t = time.perf_counter()
             left = None if self.final_deadline is None else self.final_deadline - self.overrun - t
             if left is not None and left <= self.timings["rank_demand"]:
@@ -637,7 +793,10 @@ class _Run:
         """The refined placement, its problem and searched layout, and its bounds."""
         self.placement, self.major, self.problem = refined["placement"], refined["major"], refined["problem"]
         self.demand = rank_major_view(self.major, self.window.num_layers)
-        self.best, self.best_energy = refined["layout"], refined["energy"]
+        self.best, self.best_energy, self.best_from = refined["layout"], refined["energy"], "refine"
+        if self.best_seed is not None and self.best_energy < self.best_seed[2]:
+            # below the best seed: no longer a candidate (nor its placement's rank demand kept)
+            self.best_seed = None
         if not self.stats["placement"].endswith("refined for the layout"):
             self.stats["placement"] = f"{self.stats.get('placement')} + refined for the layout"
         # (the row excess for every placement, placement-free, is not computed again)
@@ -648,14 +807,26 @@ class _Run:
         ``cycles`` and no cap on the searches); if so, its anneal limit and deadlines."""
         options = self.options
         left = None if self.final_deadline is None else self.final_deadline - self.overrun - time.perf_counter()
-        if (self.interrupted or self.deterministic or not self.do_search or left is None
-                or left < 0.1 * self.time_limit or not bool(options.get("cycles", True))
-                or options.get("search_evaluations")):
+        if self.interrupted or self.stopped is not None:
+            return False
+        why = None
+        if self.deterministic or left is None:
+            why = "fixed schedule (temperatures): one cycle"
+        elif not self.do_search:
+            why = "no search: one anneal"
+        elif not bool(options.get("cycles", True)):
+            why = "cycles=False: one cycle"
+        elif options.get("search_evaluations"):
+            why = "search_evaluations caps the searches: one cycle"
+        elif left < 0.1 * self.time_limit:
+            why = "time limit"
+        if why is not None:
+            self.stopped = why
             return False
         # diversify from the best plan (under its refined placement) and search again,
         # leaving the refinement its share of what is left
         self.run_limit = max(self.share, 0.3) * left * (1 - self.refine_share if self.do_refine else 1)
-        self.stop = MaxSeconds(self.run_limit)
+        self.stop = self._with_stale(MaxSeconds(self.run_limit))
         self.deadline = self.final_deadline - self.refine_share * left if self.do_refine else self.final_deadline
         return True
 
@@ -666,10 +837,24 @@ class _Run:
         scored exactly, with its bounds, gap split and stats; the identity + ffd baseline
         for the report after it (not in ``seconds``)."""
         instance, objective, stats, timings = self.instance, self.objective, self.stats, self.timings
-        placement, astats = self.placement, self.astats
         t = time.perf_counter()
-        layout = Layout(self.best, self.num_rows, self.cluster.dp)
-        chosen = "search" if self.do_search and self.best_energy < self.anneal_energy else "anneal"
+        layout, chosen = Layout(self.best, self.num_rows, self.cluster.dp), self.best_from
+        seed = self.best_seed
+        if seed is not None and seed[2] <= self.best_energy + 1e-9 * abs(self.best_energy) and seed[1] is not self.best:
+            # the exact tuple decides against the best seed: the search may have started from
+            # another one (the anchor seed, ``anchor_margin``) and ended above it
+            value = objective.evaluate(layout_costs(instance, self.placement, layout, self.demand))
+            seed_layout = Layout(seed[1], self.num_rows, self.cluster.dp)
+            seed_value = objective.evaluate(layout_costs(instance, seed[3], seed_layout, seed[4]))
+            stats["best_seed_score"] = list(seed_value)
+            if seed_value < value:
+                layout, self.best_energy = seed_layout, seed[2]
+                chosen = "warm_start" if seed[0] == "warm_start" else "seed"
+                if seed[3] is not self.placement:
+                    # scored under the placement before a refinement: its bounds again
+                    self.placement, self.demand = seed[3], seed[4]
+                    self._set_bounds(self.every_row_excess)
+        placement = self.placement
         # the exact tuple decides against the warm start (never return worse than it)
         if self.warm_layout is not None:
             value = objective.evaluate(layout_costs(instance, placement, layout, self.demand))
@@ -677,14 +862,19 @@ class _Run:
             stats["warm_start_score"] = list(start_value)
             if start_value < value:
                 layout, chosen = self.warm_layout, "warm_start"
+        # the anneal's figures summed over the rounds that annealed (``anneal_rounds`` of
+        # ``rounds``); t_start and t_end are the last one's
+        total = self.anneal_total
         stats.update(
             objective=objective.name, workers=self.workers, replicas=self.replicas,
             candidates=int(self.options.get("candidates", 4)), seeds=self.names, seed_energy=self.seed_energy,
-            best_from=chosen, temperatures=astats.temperatures, steps=astats.steps, proposals=astats.proposals,
-            accepted=astats.accepted, moves_per_second=astats.proposals / max(astats.seconds, 1e-9),
-            t_start=astats.t_start, t_end=astats.t_end, anneal_energy=self.anneal_energy, energy=self.best_energy,
+            best_from=chosen, temperatures=total.temperatures, steps=total.steps, proposals=total.proposals,
+            accepted=total.accepted, moves_per_second=total.proposals / max(total.seconds, 1e-9),
+            t_start=total.t_start, t_end=total.t_end, anneal_energy=self.anneal_energy, energy=self.best_energy,
             eps=self.problem.eps, search=self.search_stats, search_workers=self.search_workers,
-            deterministic=self.deterministic, interrupted=self.interrupted, rounds=self.rounds)
+            deterministic=self.deterministic, interrupted=self.interrupted, rounds=self.rounds,
+            anneal_rounds=self.anneal_rounds,
+            stopped="interrupted (Ctrl-C)" if self.interrupted else self.stopped)
         bound_stats, lower_bounds = self.bound_stats, self.lower_bounds
         if self.background is not None:
             excess = self.background.result()
