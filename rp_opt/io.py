@@ -5,7 +5,7 @@ Instance file: arrays ``lengths`` [N] int, ``demand`` [N, L, E] int, optional
 
     {"format": "rp-opt-window/1", "top_k": 8, "model": "ling-flash-like",
      "cluster": {"dp": 64, "edp": 8, "ep": 8, "capacity": 32768, "max_samples_per_cell": null},
-     "cost": {"stages": [{"name": "linear", "layers": 24, "alpha": ..., "beta": 0.0}, ...],
+     "cost": {"stages": [{"name": "linear", "layers": 36, "alpha": ..., "beta": 0.0}, ...],
               "gamma": ...}}
 
 Plan file: ``{"placement": [[rank per expert] per layer], "rows": [[[samples] per slot] per
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import zipfile
 import zlib
@@ -32,6 +33,7 @@ from .solution import Layout, Placement
 from .window import Cluster, CostModel, Instance, Window
 
 FORMAT = "rp-opt-window/1"
+log = logging.getLogger("rp_opt")
 
 
 def check_writable(path: str | os.PathLike, field: str = "-o") -> str:
@@ -95,13 +97,22 @@ def save_instance(path: str | os.PathLike, instance: Instance) -> None:
                 np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
 
 
+CLUSTER_KEYS = ("dp", "edp", "ep", "capacity", "max_samples_per_cell")
+# the arrays of an rp-opt-window/1 file; others are left unread (with a warning)
+ARRAYS = ("lengths", "demand", "attn_work", "meta")
+
+
 def cluster_from_meta(data) -> Cluster:
     """The :class:`Cluster` of an instance file's ``meta.cluster`` object (:class:`Cluster`
     refuses a capacity above :data:`~rp_opt.window.MAX_CAPACITY`: it overflowed the row
-    certifier)."""
+    certifier). An unknown key is an error: a misspelt ``max_samples_per_cell`` would
+    drop the sample limit m without a word."""
     require(isinstance(data, dict), "meta.cluster", "is missing or not an object")
     for key in ("dp", "edp", "ep", "capacity"):
         require(key in data, f"cluster.{key}", "is missing")
+    unknown = sorted(str(k) for k in data if k not in CLUSTER_KEYS)
+    require(not unknown, f"cluster.{unknown[0] if unknown else ''}",
+            f"is not a cluster key (known: {', '.join(CLUSTER_KEYS)})")
     return Cluster(data["dp"], data["edp"], data["ep"], data["capacity"], data.get("max_samples_per_cell"))
 
 
@@ -112,9 +123,12 @@ def read_instance_arrays(path: str | os.PathLike, arrays=("lengths", "demand")) 
     require(os.path.exists(path), "file", f"{path} does not exist")
     try:
         archive = np.load(path, allow_pickle=False)
-        names = set(archive.files)
     except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:  # EOFError: an empty file
         raise InputError("file", f"{path} is not an .npz archive ({type(exc).__name__})") from None
+    # np.load reads a lone .npy array too (a renamed file): not an archive of named arrays
+    require(isinstance(archive, np.lib.npyio.NpzFile), "file",
+            f"{path} is not an .npz archive (it holds one .npy array)")
+    names = set(archive.files)
     def member(key):
         try:
             return archive[key]
@@ -133,9 +147,15 @@ def read_instance_arrays(path: str | os.PathLike, arrays=("lengths", "demand")) 
             meta = json.loads(str(member("meta")))
         except json.JSONDecodeError as exc:
             raise InputError("meta", f"is not valid JSON ({exc.msg} at position {exc.pos})") from None
+        except RecursionError:
+            raise InputError("meta", "is not valid JSON (nested too deeply)") from None
         require(isinstance(meta, dict), "meta", "must be a JSON object")
         require(meta.get("format") == FORMAT, "meta.format", f"must be {FORMAT!r}, got {meta.get('format')!r}")
-        found = {key: member(key) for key in sorted(names) if key != "meta"}
+        unknown = sorted(names - set(ARRAYS))
+        if unknown:  # a misspelt attn_work would fall back to T^2 unseen
+            log.warning("%s: array%s %s not read (%s holds %s)", path, "s" if len(unknown) > 1 else "",
+                        ", ".join(unknown), FORMAT, ", ".join(ARRAYS))
+        found = {key: member(key) for key in sorted(names & set(ARRAYS)) if key != "meta"}
     return meta, found
 
 
@@ -156,7 +176,8 @@ FINGERPRINT_KEY = "window_fingerprint"
 
 def window_fingerprint(window: Window) -> str:
     """A short identity of ``window``: the first 16 hex digits of the SHA-256 of its shape,
-    top_k, lengths and demand (the bytes of the arrays as they are, hashed at once).
+    top_k, lengths and demand (the bytes of the arrays as they are, hashed at once), and of
+    its attention work Q where that is not T^2.
 
     The demand is kept in the smallest unsigned type that holds it (a function of its
     values), so equal windows give equal fingerprints however they were made or read.
@@ -166,6 +187,10 @@ def window_fingerprint(window: Window) -> str:
     digest.update(np.ascontiguousarray(window.lengths, dtype="<i8"))
     demand = window.demand
     digest.update(np.ascontiguousarray(demand, dtype=demand.dtype.newbyteorder("<")))
+    if not np.array_equal(window.attn_work, window.lengths.astype(np.float64) ** 2):
+        # attention work other than Q = T^2 changes every score: another window (T^2, the
+        # default, adds nothing, so the fingerprints of such windows are as before)
+        digest.update(np.ascontiguousarray(window.attn_work, dtype="<f8"))
     return digest.hexdigest()[:16]
 
 

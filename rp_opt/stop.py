@@ -11,7 +11,10 @@ True to stop::
 from __future__ import annotations
 
 import math
+import numbers
 import time
+
+import numpy as np
 
 from .errors import integer, require
 
@@ -50,7 +53,7 @@ class MaxSeconds(StoppingCriterion):
     """Stops once ``seconds`` of wall time have passed since the first call."""
 
     def __init__(self, seconds: float):
-        ok = isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and not math.isnan(seconds)
+        ok = isinstance(seconds, numbers.Real) and not isinstance(seconds, (bool, np.bool_)) and not math.isnan(seconds)
         require(ok and seconds >= 0, "seconds", f"must be a number >= 0 (inf: no limit), got {seconds!r}")
         self.seconds = float(seconds)
         self._start: float | None = None

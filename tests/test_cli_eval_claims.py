@@ -59,7 +59,7 @@ def test_a_false_claimed_score_is_not_a_match_and_exits_1(files, capsys, claim):
     open(path, "w").write(text)
     code, out = _eval(capsys, files, path)
     assert out["valid"] is True and out["score_matches"] is False and code == 1
-    assert main(["show", files["w16"], "--plan", path, "--json"]) == 0
+    assert main(["show", files["w16"], "--plan", path, "--json"]) == 1          # as eval
     assert json.loads(capsys.readouterr().out)["plan"]["score_matches"] is False
 
 
@@ -88,9 +88,37 @@ def test_a_score_under_another_cost_model_is_not_compared(files, capsys, tmp_pat
     assert code == 0 and out["score_matches"] is True
     code, out = _eval(capsys, files, files["plan16"], "--cost", cost)
     assert code == 0 and out["score_matches"] is None
-    # an older file without the fingerprint is compared as before
-    code, out = _eval(capsys, files, _edited(files, "no_cost_fp.json", **{COST_FINGERPRINT_KEY: None}))
+    # an older file without the fingerprint is compared as before, but not under --cost
+    # (its cost model is unknown: a valid old plan failed the gate)
+    old = _edited(files, "no_cost_fp.json", **{COST_FINGERPRINT_KEY: None})
+    code, out = _eval(capsys, files, old)
     assert code == 0 and out["score_matches"] is True
+    code, out = _eval(capsys, files, old, "--cost", cost)
+    assert code == 0 and out["score_matches"] is None and "no cost_fingerprint" in out["score_note"]
+
+
+def test_a_file_without_objective_is_compared_as_sync(files, capsys):
+    """A plan file without ``objective`` is read as ``sync``; its claimed score was compared
+    with objective None, so a false one passed (exit 0). Now it is checked."""
+    with open(files["plan16"]) as handle:
+        score = json.load(handle)["score"]
+    code, out = _eval(capsys, files, _edited(files, "no_objective.json", objective=None))
+    assert code == 0 and out["score_matches"] is True and out["claimed_objective"] == "sync"
+    code, out = _eval(capsys, files, _edited(files, "no_objective_bad.json", objective=None,
+                                             score=[s + 1 for s in score]))
+    assert code == 1 and out["score_matches"] is False
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({COST_FINGERPRINT_KEY: ["x"]}, "cost_fingerprint"),
+    ({"score": [10 ** 400, 1, 2]}, "score"),              # an OverflowError traceback
+])
+def test_malformed_claims_are_one_line(files, capsys, changes, field):
+    path = _edited(files, f"bad_{field}.json", **changes)
+    for argv in (["eval", files["w16"], path], ["show", files["w16"], "--plan", path]):
+        assert main(argv) == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+        assert len(err) == 1 and err[0].startswith(f"error: {field}:"), err
 
 
 def test_a_plan_for_another_window_is_bad_input_in_one_line(files, capsys):

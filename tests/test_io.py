@@ -76,6 +76,10 @@ BAD_CASES = {
     # overflowed the row certifier's int64 bounds (a traceback from plan and certify)
     "capacity beyond 2^31-1": (dict(meta=_meta(capacity=10**30)),
                                f"cluster.capacity: must be at most 2147483647 tokens, got {10**30}"),
+    # a misspelt m was dropped without a word: the window planned with no sample limit
+    "cluster key misspelt": (dict(meta={**GOOD_META, "cluster": {**GOOD_META["cluster"], "max_sample_per_cell": 2}}),
+                             "cluster.max_sample_per_cell: is not a cluster key (known: dp, edp, ep, capacity, "
+                             "max_samples_per_cell)"),
 }
 
 
@@ -112,6 +116,50 @@ def test_missing_and_garbage_files(tmp_path, capsys):
     junk.write_text("not a zip")
     assert main(["eval", str(junk), str(junk)]) == 2
     assert "is not an .npz archive" in capsys.readouterr().err
+
+
+def test_files_that_are_not_window_archives_are_one_line(tmp_path, capsys):
+    """A lone .npy array renamed .npz (np.load returns an array: an AttributeError
+    traceback) and a meta string nested 10^5 deep (RecursionError): one line, exit 2."""
+    single = tmp_path / "single.npz"
+    with open(single, "wb") as handle:
+        np.save(handle, np.arange(3))
+    assert main(["plan", str(single), "--solver", "baseline"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: file: {single} is not an .npz archive (it holds one .npy array)"
+    deep = tmp_path / "deep.npz"
+    np.savez(deep, lengths=np.array([10, 20, 30, 40]), demand=np.ones((4, 3, 4), dtype=np.int64),
+             meta=np.array("[" * 100_000 + "]" * 100_000))
+    assert main(["plan", str(deep), "--solver", "baseline"]) == 2
+    assert capsys.readouterr().err.strip() == "error: meta: is not valid JSON (nested too deeply)"
+
+
+def test_an_unknown_array_is_left_unread_with_a_warning(tmp_path, caplog):
+    """A misspelt ``attn_wrok`` fell back to Q = T^2 silently: the window loads (its
+    attention work T^2) and a warning names the array."""
+    path = _write(tmp_path / "typo.npz", attn_wrok=np.array([1.0, 2.0, 3.0, 4.0]))
+    with caplog.at_level("WARNING", logger="rp_opt"):
+        instance = load_instance(path)
+    assert np.array_equal(instance.window.attn_work, instance.window.lengths.astype(float) ** 2)
+    assert "attn_wrok not read" in caplog.text
+
+
+def test_fingerprint_tells_attention_work_apart(tmp_path, capsys):
+    """Two windows that differ only in their attention work Q had one fingerprint, so a
+    plan of one passed for the other. Q = T^2 (the default) adds nothing to the hash."""
+    from rp_opt.io import window_fingerprint
+    from rp_opt.window import Window
+
+    lengths, demand = np.array([10, 20, 30, 40]), np.ones((4, 3, 4), dtype=np.int64)
+    plain = Window(lengths, demand, 2)
+    same = Window(lengths, demand, 2, lengths.astype(float) ** 2)
+    other = Window(lengths, demand, 2, 0.5 * lengths.astype(float) ** 2)
+    assert window_fingerprint(plain) == window_fingerprint(same) != window_fingerprint(other)
+    first, second = _write(tmp_path / "q1.npz"), _write(tmp_path / "q2.npz", attn_work=0.5 * lengths ** 2.0)
+    plan = str(tmp_path / "p1.json")
+    assert main(["plan", first, "--solver", "baseline", "-o", plan, "--json"]) == 0
+    capsys.readouterr()
+    assert main(["eval", second, plan]) == 2
+    assert "plan was made for another window" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")

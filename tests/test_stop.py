@@ -83,3 +83,13 @@ def test_or_with_something_else_is_a_type_error_at_once():
     """``criterion | 5`` fails where it is written, not at the first call."""
     with pytest.raises(TypeError):
         MaxIterations(1) | 5
+
+
+def test_numpy_numbers_are_numbers():
+    """MaxSeconds(np.float32(1.5)) and np.int64(2) were refused as not numbers."""
+    import numpy as np
+
+    assert MaxSeconds(np.float32(1.5)).seconds == 1.5 and MaxSeconds(np.int64(2)).seconds == 2.0
+    assert MaxIterations(np.int64(2)).iterations == 2
+    with pytest.raises(InputError):
+        MaxSeconds(np.bool_(True))

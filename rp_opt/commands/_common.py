@@ -132,24 +132,31 @@ def scores_match(score, claimed) -> bool:
         math.isfinite(b) and abs(a - b) <= 1e-6 * max(1.0, abs(b)) for a, b in zip(score, claimed))
 
 
-def compare_claimed(score, data: dict, objective_name: str, instance: Instance) -> dict:
+def compare_claimed(score, data: dict, objective_name: str, instance: Instance, cost_given: bool = False) -> dict:
     """The plan file ``data``'s claimed score against the recomputed ``score``:
     ``claimed_score``, ``claimed_objective`` and ``score_matches``, which is None (neither)
     when the file was scored under another objective or another cost model (its
-    ``cost_fingerprint``; older files have none and are compared), with ``score_note``
-    saying which. Empty when the file claims no score."""
+    ``cost_fingerprint``), with ``score_note`` saying which. An older file without the
+    fingerprint is compared under the window's own cost model, and not at all under
+    ``--cost`` (``cost_given``): its cost model is unknown. Empty when the file claims no
+    score."""
     from ..io import COST_FINGERPRINT_KEY, cost_fingerprint
 
     claimed = data.get("score")
     if claimed is None:
         return {}
-    out = {"claimed_score": claimed, "claimed_objective": data.get("objective"), "score_matches": None}
+    claimed_objective = data.get("objective", "sync")      # as the plan reader takes it
+    out = {"claimed_score": claimed, "claimed_objective": claimed_objective, "score_matches": None}
     claimed_cost = data.get(COST_FINGERPRINT_KEY)
-    if data.get("objective") != objective_name:
-        out["score_note"] = f"the plan file's score is under objective {data.get('objective')!r}, not {objective_name!r}"
+    require(claimed_cost is None or isinstance(claimed_cost, str), COST_FINGERPRINT_KEY,
+            f"must be a string, got {claimed_cost!r}")
+    if claimed_objective != objective_name:
+        out["score_note"] = f"the plan file's score is under objective {claimed_objective!r}, not {objective_name!r}"
     elif claimed_cost is not None and claimed_cost != cost_fingerprint(instance.cost):
         out["score_note"] = ("the plan file's score is under another cost model (its cost_fingerprint "
                              f"{claimed_cost}, this one {cost_fingerprint(instance.cost)}: --cost?)")
+    elif claimed_cost is None and cost_given:
+        out["score_note"] = "the plan file does not say which cost model its score is under (no cost_fingerprint)"
     else:
         out["score_matches"] = scores_match(score, claimed)
     return out
@@ -160,8 +167,22 @@ def require_score(data: dict) -> None:
     list of numbers."""
     claimed = data.get("score")
     require(claimed is None or (isinstance(claimed, list) and all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) for x in claimed)), "score",
-        f"must be a list of numbers, got {claimed!r}")
+        isinstance(x, (int, float)) and not isinstance(x, bool) and _fits_a_float(x) for x in claimed)), "score",
+        f"must be a list of numbers, got {_short(claimed)}")
+
+
+def _fits_a_float(x) -> bool:
+    """Whether a JSON number reads as a float (an integer of 400 digits overflows)."""
+    try:
+        float(x)
+    except OverflowError:
+        return False
+    return True
+
+
+def _short(value, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def require_same_window(data: dict, instance: Instance, field: str, path: str) -> None:

@@ -36,7 +36,7 @@ def run(args) -> int:
     out["num_rows"] = len(data["rows"]) if isinstance(data["rows"], list) else None
     if report.score is not None:
         # null when not comparable (another objective or cost model), else whether it matches
-        out.update(compare_claimed(report.score, data, objective.name, instance))
+        out.update(compare_claimed(report.score, data, objective.name, instance, cost_given=args.cost is not None))
     if args.bound and report.score is not None:
         out.update(window_bound(instance, out["num_rows"], objective, report.score[0]))
     if args.json:

@@ -59,8 +59,10 @@ def run(args) -> int:
                         "gap_split": bounds.gap_split(costs, plan.objective, relative=True),
                         "valid": report.valid, "violations": list(report.violations)}
         # the score the file claims, against the recomputed one (eval says the same)
-        info["plan"].update(compare_claimed(score, read_plan_file(args.plan, "--plan"), plan.objective, instance))
-    code = 0 if report is None or report.valid else 1
+        info["plan"].update(compare_claimed(score, read_plan_file(args.plan, "--plan"), plan.objective, instance,
+                                            cost_given=args.cost is not None))
+    # an invalid plan, or one whose file claims another score, exits 1 as from eval
+    code = 0 if report is None or (report.valid and info["plan"].get("score_matches") is not False) else 1
     if args.json:
         emit_json(info)
         return code

@@ -210,7 +210,8 @@ def heuristic(instance: Instance, *, objective="sync", time_limit: float = 5.0, 
     The result is never worse (by the exact tuple) than the best seed, nor than the warm
     start. ``stats["best_from"]`` says what made it: ``seed`` (a seed layout, unchanged;
     ``search_start`` names the search's), ``warm_start``, ``anneal``, ``search`` or
-    ``refine`` (the search under a refined placement); ``temperatures``, ``steps``,
+    ``refine`` (the search under a refined placement), or ``witness`` (the R* witness,
+    after a Ctrl-C during the set-up); ``temperatures``, ``steps``,
     ``proposals`` and ``accepted`` are summed over the ``anneal_rounds`` rounds that
     annealed (of ``rounds``); ``stopped`` says why the run ended.
 
@@ -658,7 +659,8 @@ class _Run:
                     rule = min(self.seed_energy, key=self.seed_energy.get)
                     self.progress(f"best seed {rule}", self.seed_energy[rule])
                     self.best_seed = (rule, np.asarray(self.starts[self.names.index(rule)], dtype=np.int64),
-                                      self.seed_energy[rule], self.placement, self.demand)
+                                      self.seed_energy[rule], self.placement, self.demand,
+                                      self.stats.get("placement"))
                     # no anneal, or one that did not go below its best start: a seed is the plan
                     start = self.stats.get("search_start", rule) if not annealed else rule
                     if not annealed or not energy < self.seed_energy[rule]:
@@ -851,9 +853,11 @@ class _Run:
                 layout, self.best_energy = seed_layout, seed[2]
                 chosen = "warm_start" if seed[0] == "warm_start" else "seed"
                 if seed[3] is not self.placement:
-                    # scored under the placement before a refinement: its bounds again
+                    # scored under the placement before a refinement: its bounds again, and
+                    # the stats name that placement (the refinement's plan is not returned)
                     self.placement, self.demand = seed[3], seed[4]
                     self._set_bounds(self.every_row_excess)
+                    stats["placement"] = f"{seed[5]} (a refined placement's plan scored above the best seed)"
         placement = self.placement
         # the exact tuple decides against the warm start (never return worse than it)
         if self.warm_layout is not None:

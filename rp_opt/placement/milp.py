@@ -360,8 +360,8 @@ def _solve_highs(problem, obj, order, warm, warm_value, time_limit, mip_gap, sta
         # HiGHS object of its own, so that no start of the first solve is kept)
         log.debug("HiGHS returned a solution worth %g for its objective %g: solving again without the start",
                   obj.evaluate(problem, ranks), reported)
-        stats["highs_restart"] = True
         if time_limit is None or time.perf_counter() - started < time_limit:
+            stats["highs_restart"] = True
             again, fresh = _run_highs(m, problem, time_limit, started, mip_gap, warm_start=False)
             if fresh is not None and obj.evaluate(problem, fresh) < obj.evaluate(problem, ranks):
                 ranks = fresh

@@ -33,14 +33,15 @@ class LayerProblem:
     cell_load
         [C, E] tokens each (row, shard) group sends to each expert, C = R*G >= 1
         (``rows``); W[r,g,l,p] = sum_{e: pi(e)=p} cell_load[(r,g), e]. Finite and >= 0.
+    load_cap
+        ``migration``: the largest max rank load allowed, (1 + tolerance) x best aggregate.
 
     Raises
     ------
     InputError
         One line naming the field: P not an integer >= 1 or not dividing E, ``current`` or
-        ``cell_load`` of another shape, a rank out of range, a negative or non-finite load.
-    load_cap
-        ``migration``: the largest max rank load allowed, (1 + tolerance) x best aggregate.
+        ``cell_load`` of another shape, a rank out of range, a negative or non-finite
+        ``cell_load`` (a negative or non-finite ``load`` is refused by ``solve_layer``).
     """
 
     load: np.ndarray

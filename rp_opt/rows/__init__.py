@@ -329,13 +329,11 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
 
     s = _Search(lengths, c, m)
     t0 = time.perf_counter()
-    for value, name in ((bounds.l1_bound(lengths, c), "L1"), (bounds.l2_bound(lengths, c), "L2"),
-                        (bounds.cardinality_bound(n, m), "cardinality"),
-                        (bounds.item_count_bound(lengths, c, m), "item count")):
+    found = {"L1": bounds.l1_bound(lengths, c), "L2": bounds.l2_bound(lengths, c),
+             "cardinality": bounds.cardinality_bound(n, m), "item count": bounds.item_count_bound(lengths, c, m)}
+    for name, value in found.items():
         s.raise_lower(value, name)
-    s.stats["bounds"] = {"L1": bounds.l1_bound(lengths, c), "L2": bounds.l2_bound(lengths, c),
-                         "cardinality": bounds.cardinality_bound(n, m),
-                         "item count": bounds.item_count_bound(lengths, c, m), "seconds": time.perf_counter() - t0}
+    s.stats["bounds"] = {**found, "seconds": time.perf_counter() - t0}
     t0 = time.perf_counter()
     s.offer(heuristics.first_fit_decreasing(lengths, c, m), "FFD")
     s.stats["FFD"] = s.upper
