@@ -34,6 +34,9 @@ SAMPLES_PER_CHUNK = 256  # samples per multinomial call: bounds memory at 256 x 
 LAYER_SKEW = (1.1, 2.8)  # spread of sigma_l / skew across layers (calibrated, module docstring)
 MAX_GENERATE_BYTES = 8 * 2**30  # generate() refuses windows whose generation needs more memory
 REDRAW_ROUNDS = 16  # rounds that redraw tokens removed by the per-expert cap (cap_counts)
+# largest skew, group_corr, topic_corr and drift: far above the measured ones (about 1);
+# 1e308 overflowed the routing logits to inf and NaN (warnings, and routing from the NaN clean-up)
+MAX_ROUTING_SCALE = 1000
 
 
 def synth_lengths(num_samples: int, capacity: int, rng: np.random.Generator, *, group_size: int = 8,
@@ -204,7 +207,11 @@ def check_generate_args(spec, *, samples, capacity, layers, experts, top_k, seed
 
     Every problem is a one-line :class:`InputError` naming the parameter and its value.
     ``top_k`` given explicitly must lie in [1, E]; the spec's default k is capped at an
-    overridden E.
+    overridden E. ``skew``, ``group_corr``, ``topic_corr`` and ``drift`` lie in
+    [0, :data:`MAX_ROUTING_SCALE`]. The memory the generation needs (the demand array and
+    routing probabilities, and the drift walk of ``drift_steps`` x L x E draws) is at
+    most :data:`MAX_GENERATE_BYTES` each (``samples``, ``layers``, ``experts`` or
+    ``drift_steps`` named otherwise).
 
     Returns
     -------
@@ -224,7 +231,7 @@ def check_generate_args(spec, *, samples, capacity, layers, experts, top_k, seed
     out["drift_steps"] = integer("drift_steps", drift_steps, 0)
     out["truncated"] = number("truncated", truncated, 0, 1)
     for field, value in (("skew", skew), ("group_corr", group_corr), ("topic_corr", topic_corr), ("drift", drift)):
-        out[field] = number(field, value, 0)
+        out[field] = number(field, value, 0, MAX_ROUTING_SCALE)
     out["median_response"] = number("median_response", median_response, above=0, none=True)
     need = generation_bytes(out["samples"], out["layers"], num_experts, out["capacity"], out["group_size"])
     # named: the one of N, L, E furthest above a large window's (16384 samples, 96 layers, 512 experts)
@@ -232,6 +239,11 @@ def check_generate_args(spec, *, samples, capacity, layers, experts, top_k, seed
     require(need <= MAX_GENERATE_BYTES, largest[1],
             f"N={out['samples']} with L={out['layers']}, E={num_experts} needs about {need / 2**30:.1f} GiB "
             f"(demand N x L x E plus routing probabilities), more than the {MAX_GENERATE_BYTES / 2**30:g} GiB limit")
+    # the drift walk draws steps x L x E float64 at once (10^8 steps raised MemoryError)
+    walk = 8 * out["drift_steps"] * out["layers"] * num_experts
+    require(walk <= MAX_GENERATE_BYTES, "drift_steps",
+            f"{out['drift_steps']} steps with L={out['layers']}, E={num_experts} need about {walk / 2**30:.1f} GiB "
+            f"for the drift walk, more than the {MAX_GENERATE_BYTES / 2**30:g} GiB limit")
     return out
 
 
@@ -265,10 +277,13 @@ def generate(model: str = "ling-tiny-like", samples: int = 256, dp: int = 8, edp
         Median of the log-normal response lengths in tokens, > 0 (default None: C / 10);
         responses are clipped at the maximum response length.
     skew, group_corr, topic_corr
-        Routing knobs: popularity skew across experts, correlation within a prompt group
-        and within a topic.
+        Routing knobs, each in [0, :data:`MAX_ROUTING_SCALE`]: popularity skew across
+        experts (default 1), and the scale of the routing offsets shared within a prompt
+        group and within a topic (default 0.5 each; 0: no correlation).
     drift, drift_steps
-        Size of one policy update's drift of popularity logits, and how many updates.
+        Size of one policy update's drift of popularity logits (in [0,
+        :data:`MAX_ROUTING_SCALE`]), and how many updates (their walk must fit in
+        :data:`MAX_GENERATE_BYTES`).
     progress
         Optional ``progress(done, total)`` callback over samples.
     """

@@ -120,16 +120,23 @@ def routing_violation(demand: np.ndarray, lengths: np.ndarray, k: int | None,
     layer routes more than k T_i (``k`` None: not checked). Vectorised: a max and a sum
     over the experts."""
     lengths = np.asarray(lengths)[:, None]
+    most = None
     if visits:
         most = demand.max(axis=2)  # [N, L]
         bad = np.argwhere(most > lengths)
         if bad.size:
             i, l = (int(x) for x in bad[0])
             return "visits", i, l, int(np.argmax(demand[i, l])), int(most[i, l])
-    if k is None:
+    if k is None or demand.size == 0:
         return None
-    routed = demand.sum(axis=2, dtype=np.int64)  # safe: every count <= T_i
-    bad = np.argwhere(routed > k * lengths)
+    largest = int((most if most is not None else demand).max())
+    if max(k * int(lengths.max()), demand.shape[2] * largest) < 2**63:
+        routed, limit = demand.sum(axis=2, dtype=np.int64), k * lengths
+    else:
+        # k T_i or a layer's sum beyond int64 (lengths near 2^62): exact Python integers;
+        # in int64, 4 x 2^61 wrapped to -2^63 and one routed token was "more than" that
+        routed, limit = demand.astype(object).sum(axis=2), lengths.astype(object) * k
+    bad = np.argwhere(routed > limit)
     if bad.size:
         i, l = (int(x) for x in bad[0])
         return "routed", i, l, None, int(routed[i, l])
@@ -139,11 +146,23 @@ def routing_violation(demand: np.ndarray, lengths: np.ndarray, k: int | None,
 def checked_lengths(lengths: np.ndarray, field: str = "lengths") -> np.ndarray:
     """``lengths`` (T_i, an array) as int64 when every entry is an integer >= 1 (an integral
     float such as 3.0 counts); else a one-line :class:`InputError` naming the first bad
-    sample (2.5 is not truncated to 2, NaN or inf not read as -2^63)."""
+    sample (2.5 is not truncated to 2, NaN or inf not read as -2^63, a float of 2^62 or
+    more said to be too large), or the sum when it reaches 2^62."""
     if lengths.dtype.kind == "f":
-        odd = np.flatnonzero(~(np.isfinite(lengths) & (lengths == np.round(lengths)) & (np.abs(lengths) < 2.0**62)))
+        odd = np.flatnonzero(~(np.isfinite(lengths) & (lengths == np.round(lengths))))
         if odd.size:
             raise InputError(field, f"sample {odd[0]} has length {lengths[odd[0]]}, not an integer")
+        # whole floats of 2^62 or more are integers, but too large to be a sample's tokens
+        # (the sums below would overflow 64-bit integers): said so, not "not an integer"
+        huge = np.flatnonzero(lengths >= 2.0**62)
+        if huge.size:
+            raise InputError(field, f"sample {huge[0]} has length {lengths[huge[0]]:.6g}, too large: at least 2^62 "
+                                    "tokens (sums would overflow 64-bit integers)")
+        short = np.flatnonzero(lengths < 1)
+        if short.size and lengths[short[0]] <= -2.0**62:  # would not survive the cast to int64 below
+            raise InputError(field, f"sample {short[0]} has length {lengths[short[0]]:.6g}; "
+                                    "every sample needs >= 1 token")
+        lengths = np.maximum(lengths, -2.0**62)  # a later -1e300 (an earlier sample is named) casts cleanly
     elif lengths.dtype.kind not in "iu":
         raise InputError(field, f"must be integers, got dtype {lengths.dtype}")
     elif lengths.dtype.kind == "u" and lengths.size:

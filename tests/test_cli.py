@@ -237,7 +237,7 @@ def test_place_progress_is_logged_off_a_terminal(caplog, capsys):
 
 def test_show_says_when_the_plan_file_claims_another_score(tmp_path, capsys):
     """``show --plan`` recomputes the score; a file that claims another one is said to (as
-    ``eval`` says it), and ``--json`` carries ``score_matches``."""
+    ``eval`` says it, with exit code 1), and ``--json`` carries ``score_matches``."""
     plan = str(tmp_path / "p.json")
     assert main(["plan", "--solver", "baseline", "-o", plan, "--json"]) == 0
     capsys.readouterr()
@@ -246,8 +246,8 @@ def test_show_says_when_the_plan_file_claims_another_score(tmp_path, capsys):
     assert _json(capsys)["plan"]["score_matches"] is True
     data["score"][0] += 1.0
     json.dump(data, open(plan, "w"))
-    assert main(["show", "--plan", plan]) == 0
+    assert main(["show", "--plan", plan]) == 1                      # a false claim exits 1, as eval
     assert f"the plan file claims {data['score']}" in capsys.readouterr().out
-    assert main(["show", "--plan", plan, "--json"]) == 0
+    assert main(["show", "--plan", plan, "--json"]) == 1
     out = _json(capsys)["plan"]
     assert out["score_matches"] is False and out["claimed_score"] == data["score"]

@@ -6,9 +6,9 @@ import os
 import sys
 import time
 
-from ..errors import require
+from ..errors import InputError, require
 from ..io import save_instance
-from ..synth import SAMPLES_PER_CHUNK, generate
+from ..synth import MAX_ROUTING_SCALE, SAMPLES_PER_CHUNK, generate
 from ._common import Progress, add_json, check_output, emit_json, int_arg, number_arg, seed_arg, write_reported
 
 
@@ -24,8 +24,14 @@ def register(sub) -> None:
     p.add_argument("--layers", type=int_arg(1, MAX_COUNT), default=None, help="L (default: the model's MoE layers)")
     p.add_argument("--experts", type=int_arg(1, MAX_COUNT), default=None, help="E (default: the model's)")
     p.add_argument("--top-k", type=int_arg(1, MAX_COUNT), default=None, help="k (default: the model's)")
-    p.add_argument("--skew", type=number_arg(0, MAX_SKEW), default=1.0,
-                   help=f"expert popularity skew, in [0, {MAX_SKEW}] (default 1)")
+    p.add_argument("--skew", type=number_arg(0, MAX_ROUTING_SCALE), default=1.0,
+                   help=f"expert popularity skew, in [0, {MAX_ROUTING_SCALE}] (default 1)")
+    p.add_argument("--group-corr", type=number_arg(0, MAX_ROUTING_SCALE), default=0.5,
+                   help=f"routing correlation of the responses to one prompt, in [0, {MAX_ROUTING_SCALE}] "
+                        "(default 0.5; 0: none)")
+    p.add_argument("--topic-corr", type=number_arg(0, MAX_ROUTING_SCALE), default=0.5,
+                   help=f"routing correlation of the prompts of one topic, in [0, {MAX_ROUTING_SCALE}] "
+                        "(default 0.5; 0: none)")
     p.add_argument("--group-size", type=int_arg(1, MAX_COUNT), default=8, help="responses per prompt (default 8)")
     p.add_argument("--drift-steps", type=int_arg(0, MAX_COUNT), default=0,
                    help="policy updates of routing drift (default 0)")
@@ -37,27 +43,29 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
-# counts are 32-bit (larger ones overflowed inside numpy); a skew far above the measured
-# ones (about 1) overflows the popularity logits
+# counts are 32-bit (larger ones overflowed inside numpy)
 MAX_COUNT = 2**31 - 1
-MAX_SKEW = 1000
+
+# the flag of each field synth.generate (and the Cluster, the model spec) may name in an
+# InputError: one flag's error had a different JSON field by value (--top-k 0 -> --top-k
+# from argparse, --top-k 300 -> top_k from the library)
+_FLAG_OF = {
+    "model": "--model", "samples": "--samples", "capacity": "--capacity", "cluster.capacity": "--capacity",
+    "layers": "--layers", "experts": "--experts", "top_k": "--top-k", "seed": "--seed",
+    "group_size": "--group-size", "drift_steps": "--drift-steps", "skew": "--skew",
+    "group_corr": "--group-corr", "topic_corr": "--topic-corr", "cluster.dp": "--dp", "cluster.edp": "--edp",
+    "cluster.ep": "--ep", "cluster.max_samples_per_cell": "--max-samples-per-cell",
+}
 
 
-def _check_drift(args) -> None:
-    """:class:`InputError` on ``--drift-steps`` when the drift walk (steps x L x E float64
-    draws, summed at once) would need more memory than the generator allows."""
-    from ..models import load_spec
-    from ..synth import MAX_GENERATE_BYTES
-
-    if not args.drift_steps:
-        return
-    spec = load_spec(args.model)
-    layers = spec.moe_layers if args.layers is None else args.layers
-    experts = spec.num_experts if args.experts is None else args.experts
-    need = 8 * args.drift_steps * layers * experts
-    require(need <= MAX_GENERATE_BYTES, "--drift-steps",
-            f"{args.drift_steps} steps with L={layers}, E={experts} need about {need / 2**30:.1f} GiB for the drift "
-            f"walk, more than the {MAX_GENERATE_BYTES / 2**30:g} GiB limit")
+def flag_error(exc: InputError) -> InputError:
+    """``exc`` with its library field replaced by the ``rp-opt gen`` flag that sets it, the
+    message kept. A fault of the model spec (``model.hidden``) is on ``--model``, its key
+    leading the message (``--model: model.hidden must be ...``); fields no flag sets are
+    kept."""
+    if exc.field.startswith("model."):
+        return InputError("--model", f"{exc.field} {exc.message}")
+    return InputError(_FLAG_OF.get(exc.field, exc.field), exc.message)
 
 
 def run(args) -> int:
@@ -65,15 +73,19 @@ def run(args) -> int:
     # a window may be a recorded replay that cannot be made again: never replaced unasked
     require(args.force or not os.path.lexists(args.output), "-o",
             f"{args.output} exists; pass --force to replace it")
-    _check_drift(args)
     start = time.perf_counter()
     chunks = -(-args.samples // SAMPLES_PER_CHUNK)
     bar = Progress(chunks, "routing", enabled=None if not args.json else False)
-    instance = generate(args.model, samples=args.samples, dp=args.dp, edp=args.edp, ep=args.ep,
-                        capacity=args.capacity, layers=args.layers, experts=args.experts, top_k=args.top_k,
-                        seed=args.seed, max_samples_per_cell=args.max_samples_per_cell, skew=args.skew,
-                        group_size=args.group_size, drift_steps=args.drift_steps,
-                        progress=lambda done, total: bar.step(f"{done}/{total} samples"))
+    try:
+        # every argument, the spec and the memory needed are checked before any work
+        instance = generate(args.model, samples=args.samples, dp=args.dp, edp=args.edp, ep=args.ep,
+                            capacity=args.capacity, layers=args.layers, experts=args.experts, top_k=args.top_k,
+                            seed=args.seed, max_samples_per_cell=args.max_samples_per_cell, skew=args.skew,
+                            group_corr=args.group_corr, topic_corr=args.topic_corr,
+                            group_size=args.group_size, drift_steps=args.drift_steps,
+                            progress=lambda done, total: bar.step(f"{done}/{total} samples"))
+    except InputError as exc:
+        raise flag_error(exc) from None
     info: dict = {}
     write_error = write_reported(info, save_instance, args.output, instance)
     w = instance.window
