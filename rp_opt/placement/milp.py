@@ -505,7 +505,12 @@ def cell_loads(window: Window, layout: Layout, num_shards: int, layer: int) -> n
     require(layout.num_slots % num_shards == 0, "layout", f"G={num_shards} does not divide its D={layout.num_slots} slots")
     group = layout.row_of * num_shards + layout.slot_of // (layout.num_slots // num_shards)
     out = np.zeros((layout.num_rows * num_shards, window.num_experts), dtype=np.int64)
-    np.add.at(out, group, window.demand[:, layer, :].astype(np.int64))
+    # samples sorted by group, each group's rows summed at once (np.add.at took 1.2 s for
+    # the 48 layers of a 16384-sample window, outside place's time limit)
+    order = np.argsort(group, kind="stable")
+    present, starts = np.unique(group[order], return_index=True)
+    if present.size:
+        out[present] = np.add.reduceat(window.demand[order, layer, :].astype(np.int64), starts, axis=0)
     return out
 
 
