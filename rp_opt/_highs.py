@@ -3,8 +3,9 @@
 HiGHS prints a banner on stdout the first time a solver object is made in a process.
 Stdout belongs to the caller (``--json`` output, a trainer's logs), so every module that
 uses HiGHS calls :func:`silence_banner` on import: the first solver object is then made
-with stdout pointing at stderr, and the banner never reaches stdout. The CLI drops it
-altogether unless asked to be verbose (``keep=True`` sends it to stderr).
+with stdout pointing at the null device, and the banner reaches neither stdout nor stderr
+(a trainer's logs hold only what goes through the ``rp_opt`` logger). The CLI sends it
+to stderr when asked to be verbose before any solver module is imported (``keep=True``).
 
 ``Highs.run`` holds the calling thread until HiGHS ends, so a Ctrl-C waited for the end of
 the solve; :func:`run` stops it at once (HiGHS's user interrupt, about 2 % slower on an
@@ -23,9 +24,10 @@ from ._stoppable import call_stoppable
 _done = False
 
 
-def silence_banner(keep: bool = True) -> None:
+def silence_banner(keep: bool = False) -> None:
     """Make the process's first HiGHS object with stdout sent to stderr (``keep``) or to
-    the null device (once per process: later calls do nothing)."""
+    the null device (the default: a library prints nothing outside its logger; once per
+    process: later calls do nothing)."""
     global _done
     if _done:
         return

@@ -223,6 +223,20 @@ def test_json_stdout_is_clean_when_highs_runs():
     assert any(m["target"] == 22 and m["status"] == "Infeasible" for m in data["stats"]["arcflow_mip"])
 
 
+def test_library_use_prints_no_highs_banner():
+    """A trainer calling the library (here the R* certifier's HiGHS MIP) gets nothing on
+    stdout or stderr outside the ``rp_opt`` logger: HiGHS's banner went to stderr."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("from rp_opt.rows import certify_bins\n"
+            "assert certify_bins([5, 5, 4, 4, 3, 3, 3, 3], 10, 1, None, exact='highs').r_star == 3\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root)
+    assert out.returncode == 0 and out.stdout == "" and out.stderr == "", out.stderr
+
+
 def test_place_progress_is_logged_off_a_terminal(caplog, capsys):
     """Off a terminal (or with --json) the per-layer progress of ``place --method exact`` is
     a ``rp_opt.progress`` INFO line per layer, shown by ``rp-opt -v`` (it printed nothing)."""

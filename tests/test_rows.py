@@ -127,6 +127,21 @@ def test_sample_limit_with_full_length_samples_is_proven_at_once():
     assert_witness(make_instance(inst.window.lengths, 32, 32768, 5), cert)
 
 
+def test_without_an_exact_model_the_lns_gets_the_rest_of_the_time():
+    """8192 samples, D = 32, m = 12: the arc-flow graph is too large and N K is above the
+    CP-SAT assignment model's size, so no exact model runs. The certificate stopped after
+    the LNS's first share (1.5 s of 10), one row above L1; the LNS now goes on to the
+    deadline and reaches L1's 61 rows: R* proven, the skipped model named in the stats."""
+    from rp_opt import synth
+
+    inst = synth.generate(model="ling-flash-like", samples=8192, dp=32, edp=8, ep=8, capacity=32768,
+                          max_samples_per_cell=12, layers=2, experts=16, top_k=2, seed=0)
+    cert = certify_rows(inst.window, inst.cluster, time_limit=10)
+    assert "no exact model" in cert.stats["exact_skipped"]
+    assert cert.status == "optimal" and cert.r_star == 61 and cert.stats["LNS"]["bins"] > 61 * 32
+    assert_witness(make_instance(inst.window.lengths, 32, 32768, 12), cert)
+
+
 def test_expand_bins_keeps_packing_valid():
     """Two bins {5,4,1}, {6} expand to 4 non-empty bins, capacity kept."""
     sizes = np.array([5, 4, 1, 6])
