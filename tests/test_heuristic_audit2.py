@@ -44,6 +44,16 @@ def test_a_plan_uses_about_its_whole_limit():
     assert "skipped" not in res.stats["search"] and res.stats["timings"]["search"] > 0
 
 
+def test_a_limit_spent_in_the_set_up_says_so():
+    """A limit the seeds and bounds use up (a 16384-sample window at 2 s; here 256 samples
+    at a millisecond) returns the best seed with nothing searched: ``stopped`` says so
+    (it said "time limit", as for a full run)."""
+    inst = flash(256, 16)
+    res = heuristic(inst, objective="sync", time_limit=1e-3, seed=0, report_baseline=False)
+    assert_checked(inst, res)
+    assert res.stats["stopped"].startswith("time limit, spent in the set-up") and res.stats["best_from"] == "seed"
+
+
 def test_the_reserve_leaves_out_the_bound_a_refined_placement_reuses():
     """With the row excess for every placement in the report (a 2-s plan of fl256.npz, where
     it fits a tenth of the limit), the reserve is 0.04 of the limit and the rest of the

@@ -822,6 +822,9 @@ class _Run:
             why = "search_evaluations caps the searches: one cycle"
         elif left < 0.1 * self.time_limit:
             why = "time limit"
+            if self.anneal_rounds == 0 and self.search_stats.get("skipped"):
+                # (a 16384-sample window at 2 s: the seeds and bounds took the limit)
+                why = "time limit, spent in the set-up: the plan is the best seed (no anneal or search ran)"
         if why is not None:
             self.stopped = why
             return False
