@@ -150,6 +150,8 @@ def read_instance_arrays(path: str | os.PathLike, arrays=("lengths", "demand")) 
         except RecursionError:
             raise InputError("meta", "is not valid JSON (nested too deeply)") from None
         require(isinstance(meta, dict), "meta", "must be a JSON object")
+        # a meta nested a thousand deep loads, and then copying the instance recursed too deep
+        require(_depth(meta) <= MAX_META_DEPTH, "meta", f"is nested more than {MAX_META_DEPTH} deep")
         require(meta.get("format") == FORMAT, "meta.format", f"must be {FORMAT!r}, got {meta.get('format')!r}")
         unknown = sorted(names - set(ARRAYS))
         if unknown:  # a misspelt attn_work would fall back to T^2 unseen
@@ -157,6 +159,18 @@ def read_instance_arrays(path: str | os.PathLike, arrays=("lengths", "demand")) 
                         ", ".join(unknown), FORMAT, ", ".join(ARRAYS))
         found = {key: member(key) for key in sorted(names & set(ARRAYS)) if key != "meta"}
     return meta, found
+
+
+MAX_META_DEPTH = 64
+
+
+def _depth(value, limit: int = MAX_META_DEPTH + 1) -> int:
+    """Nesting depth of a JSON value (lists and objects), counted up to ``limit``."""
+    depth, level = 0, [value]
+    while level and depth < limit:
+        level = [v for x in level for v in (x.values() if isinstance(x, dict) else x if isinstance(x, list) else ())]
+        depth += 1
+    return depth if not level else limit
 
 
 def load_instance(path: str | os.PathLike) -> Instance:
@@ -193,7 +207,7 @@ def window_fingerprint(window: Window) -> str:
     if not np.array_equal(window.attn_work, window.lengths.astype(np.float64) ** 2):
         # attention work other than Q = T^2 changes every score: another window (T^2, the
         # default, adds nothing, so the fingerprints of such windows are as before)
-        digest.update(np.ascontiguousarray(window.attn_work, dtype="<f8"))
+        digest.update(np.ascontiguousarray(window.attn_work + 0.0, dtype="<f8"))   # -0.0 as 0.0
     return digest.hexdigest()[:16]
 
 

@@ -153,11 +153,13 @@ def load_spec(name_or_path: str) -> ModelSpec:
     path = name_or_path if name_or_path.endswith(".toml") else os.path.join(models_dir(), f"{name_or_path}.toml")
     if not os.path.isfile(path):
         raise InputError("model", f"unknown model {name_or_path!r}; known: {', '.join(available_models())}")
-    with open(path, "rb") as handle:
-        try:
+    try:
+        with open(path, "rb") as handle:
             data = tomllib.load(handle)
-        except tomllib.TOMLDecodeError as exc:
-            raise InputError("model", f"{path} is not valid TOML ({exc})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError("model", f"{path} is not valid TOML ({exc})") from None
+    except OSError as exc:
+        raise InputError("model", f"{path} cannot be read ({exc.strerror or type(exc).__name__})") from None
     try:
         for key in _REQUIRED:
             require(key in data, f"model.{key}", "is missing")
@@ -205,7 +207,9 @@ def scaled_layers(layers, spec_moe_layers: int, moe_layers: int) -> list[int]:
     would take its kind of cost with it (MLA's per-T^2 term, which makes long samples
     expensive). So when there are fewer layers to share than such stages (ling-tiny-like
     at 1 MoE layer), the total is the number of stages instead, one layer each, above the
-    spec's ratio.
+    spec's ratio. With three stages or more, largest remainder can give a stage fewer
+    layers for more MoE layers (the Alabama paradox: [7, 5, 7] of 25 gives [3, 3, 3] at 51
+    and [4, 2, 4] at 52); the shipped specs have at most two stages, where it cannot.
 
     Examples
     --------

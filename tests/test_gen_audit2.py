@@ -249,3 +249,14 @@ def test_library_bounds_the_routing_knobs(knob):
     with pytest.raises(InputError, match=rf"^{knob}: must be a number in \[0, 1000\], got 1e\+308$"):
         generate(**SMALL, **{knob: 1e308})
     assert generate(**SMALL, **{knob: 1000}).window.num_samples == 16
+
+
+def test_a_model_file_that_is_not_text_is_one_line(tmp_path, capsys):
+    """A .toml of bytes that are not UTF-8 raised UnicodeDecodeError (a traceback)."""
+    from rp_opt.cli import main
+
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b"\xff\xfe")
+    assert main(["gen", "--samples", "16", "-o", str(tmp_path / "x.npz"), "--model", str(bad)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(err) == 1 and "is not valid TOML" in err[0]

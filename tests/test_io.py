@@ -317,3 +317,24 @@ def test_plan_reports_the_seconds_it_spent_reading(tmp_path, capsys):
     assert main(["plan", path, "--solver", "heuristic", "--time-limit", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert 0 <= out["read_seconds"] < 1 and out["status"] in ("feasible", "optimal")
+
+
+def test_review_edges_of_the_window_file(tmp_path, capsys):
+    """A view the loader froze is read-only too; -0.0 and 0.0 attention work give one
+    fingerprint (equal windows); meta nested 100 deep is refused in one line (it loaded,
+    and copying the instance then recursed too deep)."""
+    from rp_opt.io import window_fingerprint
+    from rp_opt.window import Window, _adopted
+
+    buffer = np.zeros(6)
+    view = buffer.reshape(2, 3)
+    kept = _adopted(view)
+    assert not view.flags.writeable and not kept.flags.writeable
+    lengths, demand = np.array([1, 5]), np.zeros((2, 1, 2), dtype=np.int64)
+    plus, minus = Window(lengths, demand, 1, [0.0, 5.0]), Window(lengths, demand, 1, [-0.0, 5.0])
+    assert plus == minus and window_fingerprint(plus) == window_fingerprint(minus)
+    deep = tmp_path / "deep.npz"
+    np.savez(deep, lengths=np.array([10, 20, 30, 40]), demand=np.ones((4, 3, 4), dtype=np.int64),
+             meta=np.array(json.dumps({**GOOD_META, "extra": json.loads("[" * 100 + "]" * 100)})))
+    assert main(["show", str(deep)]) == 2
+    assert capsys.readouterr().err.strip() == "error: meta: is nested more than 64 deep"

@@ -274,3 +274,47 @@ def test_replay_keeps_the_routing_where_router_logits_nearly_tie():
     grads1 = _grads(model)
     for name in grads0:
         assert torch.allclose(grads1[name], grads0[name], rtol=1e-10, atol=1e-12), name
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_plans_over_three_adam_steps_train_as_unplanned(recorded, seed):
+    """Three Adam steps, each under a random balanced placement (relabelled against the map
+    in force, as a trainer exports it) and a random layout of the window into R rows of 3
+    slots, with the recorded routing forced: loss and every logical weight equal those of
+    the unplanned steps (one sample per microbatch, identity placement) to 1e-10. The
+    tests above check one planner plan; any valid plan must preserve the training."""
+    from rp_opt import Layout, Placement
+    from rp_opt.export import relabel_to_previous
+    from rp_opt.result import Plan
+
+    samples, base, _, routing, _ = recorded
+    rng = np.random.default_rng(seed)
+    ranks, slots = 4, 3
+
+    def logical_weights(model):
+        return {f"{l}.{n}": getattr(layer, n).detach()[layer.log2phy].clone()
+                for l, layer in enumerate(model.moe) for n in ("w_gate", "w_up", "w_down")}
+
+    unplanned, planned = copy.deepcopy(base), copy.deepcopy(base)
+    opt_u, opt_p = torch.optim.Adam(unplanned.parameters(), lr=1e-2), torch.optim.Adam(planned.parameters(), lr=1e-2)
+    phy2log = np.tile(np.arange(EXPERTS), (LAYERS, 1))                     # identity in force at step 0
+    for _ in range(3):
+        loss_u, _ = train_step(unplanned, samples, [[i] for i in range(N)], replay=routing)
+        opt_u.step()
+        opt_u.zero_grad()
+        placement = Placement(np.stack([rng.permutation(np.arange(EXPERTS) // (EXPERTS // ranks))
+                                        for _ in range(LAYERS)]), ranks)
+        rows = int(rng.integers(1, N // slots + 1))
+        cell_of = rng.permutation(np.concatenate([rng.permutation(rows * slots),
+                                                  rng.integers(0, rows * slots, N - rows * slots)]))
+        plan, _ = relabel_to_previous(Plan(placement, Layout(cell_of, rows, slots), "sync", None), phy2log)
+        maps = export_arrays(plan, phy2log)
+        planned.materialise(maps["log2phy"], opt_p)
+        phy2log = maps["phy2log"]
+        loss_p, _ = train_step(planned, samples, layout_cells(plan.layout.to_rows()), replay=routing)
+        opt_p.step()
+        opt_p.zero_grad()
+        assert loss_p == pytest.approx(loss_u, rel=1e-10)
+    expected = logical_weights(unplanned)
+    for name, w in logical_weights(planned).items():
+        assert torch.allclose(w, expected[name], rtol=1e-10, atol=1e-12), name

@@ -524,8 +524,16 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
                 # no exact model fits (no arc-flow graph, N K above CPSAT_MAX_VARS): the LNS
                 # gets the rest of the time (a 16384-sample window with m = 12 stopped at 1.6 s
                 # of 10, one row above L1, with the LNS still emptying a bin a try)
-                s.stats["exact_skipped"] = (f"no exact model: the arc-flow graph is too large and N K = "
-                                            f"{n} x {target} > {CPSAT_MAX_VARS} assignment variables")
+                why = []
+                if exact in ("auto", "arcflow", "highs"):
+                    why.append("no arc-flow graph (too large, or no time to build it)" if graph is None else "")
+                if exact in ("auto", "cpsat"):
+                    why.append(f"N K = {n} x {target} > {CPSAT_MAX_VARS} assignment variables")
+                else:
+                    why.append(f"exact={exact} runs no CP-SAT assignment model")
+                s.stats["exact_skipped"] = "no exact model: " + "; ".join(w for w in why if w) + (
+                    "; the bin-emptying LNS (CP-SAT on a few bins) gets the rest of the time"
+                    if graph is None and s.packing is not None and exact != "none" else "")
                 if graph is None and s.packing is not None and exact != "none":
                     t0, tries = time.perf_counter(), {}
                     s.offer(lns.reduce_bins(lengths, c, m, s.packing, target, deadline, stats=tries,
