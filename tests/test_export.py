@@ -152,3 +152,26 @@ def test_export_with_previous_relabels_ranks(tmp_path, capsys):
     assert main(["eval", str(tmp_path / "w.npz"), str(tmp_path / "again.json"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["valid"] and np.allclose(report["score"], result.plan.score)
+
+
+def test_export_refuses_a_plan_whose_score_this_window_does_not_give(tmp_path, capsys):
+    """A plan saved without its window (``save_plan(path, plan)``: no fingerprint) for a
+    window A, exported against a window B of the same shape: it exited 0, stamped B's
+    fingerprint on the file and kept A's score. The claimed score is now compared: exit 1,
+    one violation naming both scores, nothing written."""
+    from conftest import random_instance
+    from rp_opt.window import Cluster, Instance
+
+    first = random_instance(3, n=12, layers=2, experts=4, dp=2, ep=2, capacity=256)
+    other = random_instance(9, n=12, layers=2, experts=4, dp=2, ep=2, capacity=256)
+    other = Instance(other.window, Cluster(2, 1, 2, 4096), other.cost)
+    plan = get_solver("lpt-ffd")(first, objective="sync").plan
+    save_plan(tmp_path / "p.json", plan)
+    save_instance(tmp_path / "b.npz", other)
+    assert main(["export", str(tmp_path / "b.npz"), str(tmp_path / "p.json"), "-o", str(tmp_path / "x"),
+                 "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["valid"] is False and "a plan for another window?" in out["violations"][0]
+    assert not (tmp_path / "x.json").exists()
+    save_instance(tmp_path / "a.npz", first)                      # its own window: exported
+    assert main(["export", str(tmp_path / "a.npz"), str(tmp_path / "p.json"), "-o", str(tmp_path / "y")]) == 0

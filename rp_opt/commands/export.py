@@ -10,8 +10,8 @@ import numpy as np
 
 from ..errors import InputError, require
 from ..io import COST_FINGERPRINT_KEY, FINGERPRINT_KEY, plan_from_dict, read_plan_file, window_fingerprint
-from ._common import (add_json, check_output, check_plan_data, emit_json, open_instance, require_same_window,
-                      write_output)
+from ._common import (add_json, check_output, check_plan_data, compare_claimed, emit_json, open_instance,
+                      require_same_window, write_output)
 
 
 def register(sub) -> None:
@@ -66,13 +66,20 @@ def run(args) -> int:
     data = read_plan_file(args.plan, "plan")
     require_same_window(data, instance, "plan", args.plan)
     report = check_plan_data(instance, data, data.get("objective", "sync"))
-    if not report.valid:
-        out = {"valid": False, "violations": report.violations, "file": path, "plan": args.plan}
+    claim = compare_claimed(report.score, data, data.get("objective", "sync"), instance) if report.valid else {}
+    if not report.valid or claim.get("score_matches") is False:
+        # a claimed score this window does not give: a plan of another window (a file
+        # without a fingerprint) or an edited one; exported, it would be stamped with
+        # this window's fingerprint and keep the false score
+        violations = list(report.violations) or [
+            f"the plan file claims score {claim['claimed_score']}, the plan scores {list(report.score)} on this "
+            "window (a plan for another window?)"]
+        out = {"valid": False, "violations": violations, "file": path, "plan": args.plan}
         if args.json:
             emit_json(out)
         else:
             print("valid: false")
-            for v in report.violations:
+            for v in violations:
                 print(f"  violation: {v}")
             print("nothing exported")
         return 1
