@@ -62,6 +62,22 @@ def test_baseline_mode_and_migration():
     assert again.migration.num_transfers == 0 and again.warm_start == "layout"
 
 
+def test_the_solver_leaves_the_time_the_last_step_spent_after_its_solve():
+    """The migration plan and the choice of plan run after the solve (0.6 s at N = 16384,
+    where steps ran 10 % over a 5-s limit): the next step's solver gets the limit less
+    what the step so far took and less those seconds of the last step (`solve_limit`)."""
+    cluster = Cluster(dp=2, edp=1, ep=2, capacity=64)
+    planner = Planner(cluster, COST, mode="heuristic", time_limit=1.0)
+    first = planner.plan(routing=routing_of(0), num_experts=8)
+    checked(first)
+    after = first.timings["migrate"] + first.timings["choose"]
+    assert after > 0 and first.timings["solve_limit"] <= 1.0
+    second = planner.plan(routing=routing_of(1), num_experts=8)
+    checked(second)
+    spent = second.timings["replay"] + second.timings["certify"] + second.timings["warm_start"]
+    assert second.timings["solve_limit"] <= 1.0 - spent - after + 1e-9
+
+
 def test_migration_cost_decides_whether_experts_move():
     """With a price per byte on the migration's critical path, the LPT placement is adopted
     only when its modelled gain on the step's layout (times the horizon) exceeds the price;
