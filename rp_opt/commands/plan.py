@@ -93,8 +93,8 @@ def run(args) -> int:
     # reading a 16384-sample window takes about 3 s: the solver gets what is left (at least
     # a millisecond: it then returns its first plan)
     left = max(args.time_limit - read, 1e-3)
-    log.info("planning %s with %s (%s, limit %g s, %.2f s of it reading)", path, args.solver, args.objective,
-             args.time_limit, read)
+    log.info("planning %s with %s (%s, limit %g s)", path, args.solver, args.objective, args.time_limit)
+    log.debug("reading took %.2f s of the limit", read)
     try:
         result = solver(instance, objective=args.objective, time_limit=left, seed=args.seed,
                         warm_start=warm, **options)
