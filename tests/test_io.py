@@ -8,6 +8,7 @@ import pytest
 
 from rp_opt import InputError
 from rp_opt.cli import main
+from rp_opt.cost import score
 from rp_opt.io import load_instance, load_plan, save_instance, save_plan
 from rp_opt.packing.baseline import pack
 from rp_opt.solution import Placement
@@ -241,7 +242,9 @@ def test_plan_placement_rank_must_be_an_integer(tmp_path, capsys, rank, shown):
     instance = generate("ling-tiny-like", samples=8, dp=2, ep=2, capacity=512, layers=2, experts=4, top_k=2, seed=1)
     save_instance(tmp_path / "w.npz", instance)
     layout, _ = pack(instance, "ffd")
-    save_plan(tmp_path / "p.json", Plan(Placement.identity(2, 4, 2), layout, "sync", (1.0, 2.0, 3.0)))
+    placement = Placement.identity(2, 4, 2)
+    # its true score: export refuses a plan file whose claimed score the window does not give
+    save_plan(tmp_path / "p.json", Plan(placement, layout, "sync", score(instance, placement, layout, "sync")))
     data = json.loads((tmp_path / "p.json").read_text())
     data["placement"][1][2] = rank
     (tmp_path / "p.json").write_text(json.dumps(data))
@@ -265,7 +268,9 @@ def test_plan_optional_fields_checked(tmp_path, capsys, key, value, message):
     instance = generate("ling-tiny-like", samples=8, dp=2, ep=2, capacity=512, layers=2, experts=4, top_k=2, seed=1)
     save_instance(tmp_path / "w.npz", instance)
     layout, _ = pack(instance, "ffd")
-    save_plan(tmp_path / "p.json", Plan(Placement.identity(2, 4, 2), layout, "sync", (1.0, 2.0, 3.0)))
+    placement = Placement.identity(2, 4, 2)
+    # its true score: export refuses a plan file whose claimed score the window does not give
+    save_plan(tmp_path / "p.json", Plan(placement, layout, "sync", score(instance, placement, layout, "sync")))
     data = json.loads((tmp_path / "p.json").read_text())
     data[key] = value
     (tmp_path / "p.json").write_text(json.dumps(data))

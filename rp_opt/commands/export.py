@@ -66,7 +66,10 @@ def run(args) -> int:
     data = read_plan_file(args.plan, "plan")
     require_same_window(data, instance, "plan", args.plan)
     report = check_plan_data(instance, data, data.get("objective", "sync"))
-    claim = compare_claimed(report.score, data, data.get("objective", "sync"), instance) if report.valid else {}
+    claim = {}
+    if report.valid:
+        plan = plan_from_dict(instance, data)   # a malformed score or stats: bad input (exit 2) first
+        claim = compare_claimed(report.score, data, plan.objective, instance)
     if not report.valid or claim.get("score_matches") is False:
         # a claimed score this window does not give: a plan of another window (a file
         # without a fingerprint) or an edited one; exported, it would be stamped with
@@ -83,7 +86,6 @@ def run(args) -> int:
                 print(f"  violation: {v}")
             print("nothing exported")
         return 1
-    plan = plan_from_dict(instance, data)
     previous = None
     if args.previous == "identity":
         previous = np.tile(np.arange(plan.placement.num_experts), (plan.placement.num_layers, 1))
