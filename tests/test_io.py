@@ -343,3 +343,12 @@ def test_review_edges_of_the_window_file(tmp_path, capsys):
              meta=np.array(json.dumps({**GOOD_META, "extra": json.loads("[" * 100 + "]" * 100)})))
     assert main(["show", str(deep)]) == 2
     assert capsys.readouterr().err.strip() == "error: meta: is nested more than 64 deep"
+
+
+def test_plan_warns_when_reading_uses_the_whole_limit(tmp_path, capsys, caplog):
+    """A limit shorter than reading the window: a warning (logger rp_opt), and a plan."""
+    path = _write(tmp_path / "w.npz")
+    with caplog.at_level("WARNING", logger="rp_opt"):
+        assert main(["plan", path, "--solver", "heuristic", "--time-limit", "1e-9", "--json"]) == 0
+    assert "the solver returns its first plan" in caplog.text
+    assert json.loads(capsys.readouterr().out)["status"] in ("feasible", "optimal")

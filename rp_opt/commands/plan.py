@@ -93,6 +93,9 @@ def run(args) -> int:
     # reading a 16384-sample window takes about 3 s: the solver gets what is left (at least
     # a millisecond: it then returns its first plan)
     left = max(args.time_limit - read, 1e-3)
+    if read >= args.time_limit:
+        log.warning("reading the window took %.2f s of the %g-s limit: the solver returns its first plan",
+                    read, args.time_limit)
     log.info("planning %s with %s (%s, limit %g s)", path, args.solver, args.objective, args.time_limit)
     log.debug("reading took %.2f s of the limit", read)
     try:
