@@ -92,7 +92,9 @@ def test_solve_packing_reports_the_pooled_bound():
     none. Every plan passes the checker."""
     inst = make_window(14, D=4, G=2, C=120, seed=2)
     place = default_placement(inst)
-    res = solve_packing(inst, place, 3, objective="shard", time_limit=20)
+    # 6-8 s each to prove on a quiet machine: a 60-s limit keeps "optimal" under load (20 s
+    # ran out beside four helper sessions)
+    res = solve_packing(inst, place, 3, objective="shard", time_limit=60)
     checked(inst, res, num_rows=3)
     pooled = res.stats["pooled"]
     assert pooled["alpha"] == pooled["beta"] == 0.5
@@ -104,11 +106,11 @@ def test_solve_packing_reports_the_pooled_bound():
     if res.stats["bound_from"] != "model":
         assert sources[res.stats["bound_from"]] == pytest.approx(res.bound, rel=1e-9)
     assert f"(from: {res.stats['bound_from']};" in res.summary()
-    off = solve_packing(inst, place, 3, objective="shard", time_limit=20, pooled_bound=False)
+    off = solve_packing(inst, place, 3, objective="shard", time_limit=60, pooled_bound=False)
     assert res.status == off.status == "optimal"
     checked(inst, off, num_rows=3)
     assert "pooled" not in off.stats
-    assert "pooled" not in solve_packing(inst, place, 3, objective="sync", time_limit=20).stats
+    assert "pooled" not in solve_packing(inst, place, 3, objective="sync", time_limit=2).stats   # any status
     assert res.score[0] == pytest.approx(off.score[0], rel=1e-6)
 
 
