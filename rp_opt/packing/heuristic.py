@@ -417,6 +417,11 @@ class _Run:
             why = layout_violation(instance, self.warm_layout, num_rows)
             require(why is None, "warm_start", f"is not a valid layout of R*={num_rows} rows: {why}")
             seeds = {"warm_start": self.warm_layout, **seeds}
+        if not seeds and witness is not None and witness.num_rows == num_rows and "witness" not in rules:
+            # the rules asked for built nothing (``seeds=anchors`` at a tight capacity): the R*
+            # certificate's witness is a layout of these rows, and a plan beats no_solution
+            seeds = {"witness": witness}
+            self.stats["seeds_fallback"] = f"no layout from the seed rules {', '.join(rules)}: the R* witness"
         self.timings["seeds"] = time.perf_counter() - t
         if not seeds:
             self.stats["reason"] = (f"no seed layout of R={num_rows} rows could be built "
