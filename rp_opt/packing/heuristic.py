@@ -849,16 +849,19 @@ class _Run:
         instance, objective, stats, timings = self.instance, self.objective, self.stats, self.timings
         t = time.perf_counter()
         layout, chosen = Layout(self.best, self.num_rows, self.cluster.dp), self.best_from
+        # the costs of ``layout`` under self.placement: one full evaluation per candidate
+        costs = None
         seed = self.best_seed
         if seed is not None and seed[2] <= self.best_energy + 1e-9 * abs(self.best_energy) and seed[1] is not self.best:
             # the exact tuple decides against the best seed: the search may have started from
             # another one (the anchor seed, ``anchor_margin``) and ended above it
-            value = objective.evaluate(layout_costs(instance, self.placement, layout, self.demand))
+            costs = layout_costs(instance, self.placement, layout, self.demand)
             seed_layout = Layout(seed[1], self.num_rows, self.cluster.dp)
-            seed_value = objective.evaluate(layout_costs(instance, seed[3], seed_layout, seed[4]))
+            seed_costs = layout_costs(instance, seed[3], seed_layout, seed[4])
+            seed_value = objective.evaluate(seed_costs)
             stats["best_seed_score"] = list(seed_value)
-            if seed_value < value:
-                layout, self.best_energy = seed_layout, seed[2]
+            if seed_value < objective.evaluate(costs):
+                layout, costs, self.best_energy = seed_layout, seed_costs, seed[2]
                 chosen = "warm_start" if seed[0] == "warm_start" else "seed"
                 if seed[3] is not self.placement:
                     # scored under the placement before a refinement: its bounds again, and
@@ -869,11 +872,13 @@ class _Run:
         placement = self.placement
         # the exact tuple decides against the warm start (never return worse than it)
         if self.warm_layout is not None:
-            value = objective.evaluate(layout_costs(instance, placement, layout, self.demand))
-            start_value = objective.evaluate(layout_costs(instance, placement, self.warm_layout, self.demand))
+            if costs is None:
+                costs = layout_costs(instance, placement, layout, self.demand)
+            start_costs = layout_costs(instance, placement, self.warm_layout, self.demand)
+            start_value = objective.evaluate(start_costs)
             stats["warm_start_score"] = list(start_value)
-            if start_value < value:
-                layout, chosen = self.warm_layout, "warm_start"
+            if start_value < objective.evaluate(costs):
+                layout, costs, chosen = self.warm_layout, start_costs, "warm_start"
         # the anneal's figures summed over the rounds that annealed (``anneal_rounds`` of
         # ``rounds``); t_start and t_end are the last one's
         total = self.anneal_total
@@ -900,7 +905,8 @@ class _Run:
         stats.update(bound_stats)
         stats["timings"] = timings
         # what plan_result does, without recomputing the analytic bounds (one pass over a[i,l,e])
-        costs = layout_costs(instance, placement, layout, self.demand)
+        if costs is None:
+            costs = layout_costs(instance, placement, layout, self.demand)
         value = objective.evaluate(costs)
         # where the primary sits above the lower bound, in the gap's units (fractions of the
         # primary, rp_opt.result.relative_gap): attention + expert + spread - bound_slack = gap
