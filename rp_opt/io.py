@@ -87,7 +87,7 @@ def save_instance(path: str | os.PathLike, instance: Instance) -> None:
     }
     meta.update({k: v for k, v in instance.meta.items() if k not in meta})
     arrays = {"lengths": window.lengths, "demand": window.demand, "meta": np.array(json.dumps(meta))}
-    if not np.array_equal(window.attn_work, window.lengths.astype(np.float64) ** 2):
+    if not window.squared_attention:
         arrays["attn_work"] = window.attn_work
     # deflate level 1: a production window's demand compresses well at a tenth of the
     # time of numpy's default level
@@ -204,7 +204,7 @@ def window_fingerprint(window: Window) -> str:
     digest.update(np.ascontiguousarray(window.lengths, dtype="<i8"))
     demand = window.demand
     digest.update(np.ascontiguousarray(demand, dtype=demand.dtype.newbyteorder("<")))
-    if not np.array_equal(window.attn_work, window.lengths.astype(np.float64) ** 2):
+    if not window.squared_attention:
         # attention work other than Q = T^2 changes every score: another window (T^2, the
         # default, adds nothing, so the fingerprints of such windows are as before)
         digest.update(np.ascontiguousarray(window.attn_work + 0.0, dtype="<f8"))   # -0.0 as 0.0

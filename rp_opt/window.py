@@ -270,6 +270,12 @@ class Window(_ArrayFields):
         """E."""
         return int(self.demand.shape[2])
 
+    @property
+    def squared_attention(self) -> bool:
+        """Whether the attention work is the default Q_i = T_i^2 for every sample (window
+        files then store no ``attn_work``, and it adds nothing to the fingerprint)."""
+        return bool(np.array_equal(self.attn_work, self.lengths.astype(np.float64) ** 2))
+
     def expert_load(self) -> np.ndarray:
         """Aggregate load of every expert over the window, load[l, e] = sum_i a[i,l,e]."""
         return self.demand.sum(axis=0, dtype=np.int64)

@@ -110,7 +110,12 @@ def load_plan_for(path: str, instance: Instance, field: str = "plan"):
     A plan written for another window (its fingerprint, or another sample count, slot count
     or placement shape) is reported as such, naming ``field``, before the cell-by-cell checks.
     """
-    data = read_plan_file(path, field)
+    return plan_for_data(read_plan_file(path, field), instance, field, path)
+
+
+def plan_for_data(data: dict, instance: Instance, field: str, path: str):
+    """:func:`load_plan_for` of a plan file already read (``data``), for a caller that
+    also needs its raw fields (``show --plan``'s claimed score)."""
     require_same_window(data, instance, field, path)
     require_score(data)
     return plan_from_dict(instance, data)

@@ -11,7 +11,7 @@ from ..io import read_plan_file
 from ..objectives import get_objective
 from ..result import relative_gap
 from ..solution import Placement
-from ._common import add_cost, add_json, compare_claimed, emit_json, load_plan_for, open_instance, table
+from ._common import add_cost, add_json, compare_claimed, emit_json, open_instance, plan_for_data, table
 
 
 def register(sub) -> None:
@@ -44,7 +44,8 @@ def run(args) -> int:
     rows = None
     report = None
     if args.plan:
-        plan = load_plan_for(args.plan, instance, "--plan")
+        data = read_plan_file(args.plan, "--plan")
+        plan = plan_for_data(data, instance, "--plan", args.plan)
         # the independent checker: a plan that breaks a constraint (capacity, an empty cell,
         # more than m samples) is shown as invalid, with exit code 1 as from eval
         report = check(instance, plan)
@@ -59,8 +60,7 @@ def run(args) -> int:
                         "gap_split": bounds.gap_split(costs, plan.objective, relative=True),
                         "valid": report.valid, "violations": list(report.violations)}
         # the score the file claims, against the recomputed one (eval says the same)
-        info["plan"].update(compare_claimed(score, read_plan_file(args.plan, "--plan"), plan.objective, instance,
-                                            cost_given=args.cost is not None))
+        info["plan"].update(compare_claimed(score, data, plan.objective, instance, cost_given=args.cost is not None))
     # an invalid plan, or one whose file claims another score, exits 1 as from eval
     code = 0 if report is None or (report.valid and info["plan"].get("score_matches") is not False) else 1
     if args.json:
