@@ -3,17 +3,16 @@ with the per-layer rank loads before and after, the proven gap and the migration
 
 from __future__ import annotations
 
-import argparse
 import logging
 import time
 
 import numpy as np
 
-from ..errors import InputError, integer, number, require, shown
+from ..errors import InputError, integer, require, shown
 from ..io import placement_from_list, read_json
 from ..solution import Layout, Placement
-from ._common import (Progress, add_json, check_output, default_instance_path, emit_json, number_arg,
-                      open_instance, require_same_window, seconds_arg, table, write_reported)
+from ._common import (Progress, _checked_arg, add_json, check_output, default_instance_path, emit_json,
+                      number_arg, open_instance, require_same_window, seconds_arg, table, write_reported)
 
 log = logging.getLogger("rp_opt")
 
@@ -25,43 +24,29 @@ MAX_EXPERT_BYTES = 2**63 - 1  # what a trainer's int64 holds
 DEFAULTS = {"time_limit": 10.0, "mip_gap": 1e-3, "tolerance": 0.0, "backend": "highs"}
 
 
-def _type_error(check):
-    """An argparse ``type`` from ``check(text)``, whose :class:`InputError` becomes the
-    one-line error that names the flag."""
-    def parse(text: str):
-        try:
-            return check(text)
-        except InputError as exc:
-            raise argparse.ArgumentTypeError(exc.message) from None
+def _mip_gap(field: str, value, *, text: bool = False) -> float:
+    """``--mip-gap``: :func:`rp_opt.placement.milp.check_mip_gap` (a relative gap in [0, 1);
+    imported when the flag is given, not for every command line)."""
+    from ..placement.milp import check_mip_gap
 
-    parse.__name__ = check.__name__.lstrip("_")
-    return parse
+    return check_mip_gap(value, field, text=text)
 
 
-@_type_error
-def _mip_gap_arg(text: str) -> float:
-    """``--mip-gap``: a relative gap in [0, 1) (at 1 or more every layer would be "optimal"),
-    read as :func:`rp_opt.placement.milp.check_mip_gap` reads it."""
-    try:
-        out = number("--mip-gap", text, low=0, text=True)
-    except InputError:
-        out = None
-    require(out is not None and out < 1, "--mip-gap", f"must be a number in [0, 1) (a relative gap), got {shown(text)}")
-    return out
-
-
-@_type_error
-def _expert_bytes_arg(text: str) -> int:
+def _expert_bytes(field: str, value: str, *, text: bool = True) -> int:
     """``--expert-bytes``: an integer in [0, 2^63) written as one (1e3 was read as 1000, and
     1e30 too, beyond what a trainer's int64 holds; a float above 2^53 is not the integer
     it spells)."""
-    plain = text.strip()
-    what = f"must be an integer in [0, {MAX_EXPERT_BYTES}] (bytes), got {shown(text)}"
-    require(plain.isascii() and plain.lstrip("+").isdigit(), "--expert-bytes", what)
+    plain = value.strip()
+    what = f"must be an integer in [0, {MAX_EXPERT_BYTES}] (bytes), got {shown(value)}"
+    require(plain.isascii() and plain.lstrip("+").isdigit(), field, what)
     try:
-        return integer("--expert-bytes", plain, 0, MAX_EXPERT_BYTES, text=True)
+        return integer(field, plain, 0, MAX_EXPERT_BYTES, text=text)
     except InputError:
-        raise InputError("--expert-bytes", what) from None
+        raise InputError(field, what) from None
+
+
+_mip_gap_arg = _checked_arg("mip_gap", _mip_gap)
+_expert_bytes_arg = _checked_arg("expert_bytes", _expert_bytes)
 
 
 def register(sub) -> None:
