@@ -208,8 +208,9 @@ def scaled_layers(layers, spec_moe_layers: int, moe_layers: int) -> list[int]:
     expensive). So when there are fewer layers to share than such stages (ling-tiny-like
     at 1 MoE layer), the total is the number of stages instead, one layer each, above the
     spec's ratio. With three stages or more, largest remainder can give a stage fewer
-    layers for more MoE layers (the Alabama paradox: [7, 5, 7] of 25 gives [3, 3, 3] at 51
-    and [4, 2, 4] at 52); the shipped specs have at most two stages, where it cannot.
+    layers for more MoE layers (the Alabama paradox: stages [7, 5, 7] of a 51-layer spec
+    give [3, 3, 3] at 25 MoE layers and [4, 2, 4] at 26); the shipped specs have at most two
+    stages, where it cannot.
 
     Examples
     --------
