@@ -64,21 +64,12 @@ def run(args) -> int:
             check_out_folder(folder, flag, f"bench_{args.suite}")
     progress = Progress(total, f"bench {args.suite}", enabled=True if args.progress else None)
     result = run_gap(args, on_record=lambda rec: progress.step(f"{rec['instance']} {rec['solver']}"))
-    meta = result["meta"]
-    if meta["interrupted"]:
-        # Ctrl-C: what ran is shown, but no files (a part of the suite is not its benchmark)
-        done = f"{meta['runs']} of {meta['runs_planned']} runs done, the last cut short"
-        if args.json:
-            emit_json({"meta": meta, "records": result["records"], "instances": result["instances"]})
-        else:
-            headers, rows = per_solver_rows(result["records"])
-            print(table(headers, rows))
-        print(f"error: interrupted (Ctrl-C): {done}" + ("; nothing written" if args.out or args.img else ""),
-              file=sys.stderr)
-        return 130
+    interrupted = result["meta"]["interrupted"]
     write_error = None
-    if args.out or args.img:
-        # a write that fails after the runs (disk full) is one line; the summary still prints
+    # after a Ctrl-C what ran is shown, but no files are written (a part of the suite is not
+    # its benchmark); a write that fails after the runs (disk full) is one line, and the
+    # summary still prints
+    if (args.out or args.img) and not interrupted:
         write_error = write_output(_write_files, args.out or args.img, result, args,
                                    flag="--out" if args.out else "--img")
     if args.json:
@@ -87,6 +78,11 @@ def run(args) -> int:
     else:
         headers, rows = per_solver_rows(result["records"])
         print(table(headers, rows))
+    if interrupted:
+        meta = result["meta"]
+        print(f"error: interrupted (Ctrl-C): {meta['runs']} of {meta['runs_planned']} runs done, the last cut short"
+              + ("; nothing written" if args.out or args.img else ""), file=sys.stderr)
+        return 130
     # the defects, on stderr (otherwise they are only inside --json records): exit 1
     found = problems(result["records"], result["instances"])
     for line in found:
