@@ -145,7 +145,11 @@ def routing_violation(demand: np.ndarray, lengths: np.ndarray, k: int | None,
             return "visits", i, l, int(np.argmax(demand[i, l])), int(most[i, l])
     if k is None or demand.size == 0:
         return None
-    largest = int((most if most is not None else demand).max())
+    # a bound on the largest count: the dtype's (no pass over a[i,l,e]: this runs on the
+    # Planner's replay path), else the counts' own maximum
+    largest = int(np.iinfo(demand.dtype).max) if demand.dtype.kind in "iu" else None
+    if largest is None or demand.shape[2] * largest >= 2**63:
+        largest = int((most if most is not None else demand).max())
     if max(k * int(lengths.max()), demand.shape[2] * largest) < 2**63:
         routed, limit = demand.sum(axis=2, dtype=np.int64), k * lengths
     else:
