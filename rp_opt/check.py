@@ -49,12 +49,13 @@ class CheckReport:
 
 def _check_placement(placement, num_layers: int, num_experts: int, num_ranks: int, out: list[str]):
     if isinstance(placement, (list, tuple)):
-        # a JSON true is not the rank 1 (numpy would read it so)
-        flag = next(((l, e, rank) for l, layer in enumerate(placement) if isinstance(layer, (list, tuple))
-                     for e, rank in enumerate(layer) if isinstance(rank, (bool, np.bool_))), None)
-        if flag is not None:
-            out.append(f"placement[{flag[0]}][{flag[1]}]: must be an integer rank, got {flag[2]!r}")
-            return None
+        # a rank that is not an integer (JSON true, 0.5, 2.0) is a malformed file, as a
+        # cell's non-integer sample is (InputError, in the words of every other reader);
+        # numpy would read true as the rank 1
+        for l, layer in enumerate(placement):
+            for e, rank in enumerate(layer if isinstance(layer, (list, tuple)) else ()):
+                require(isinstance(rank, (int, np.integer)) and not isinstance(rank, (bool, np.bool_)),
+                        f"placement[{l}][{e}]", f"must be an integer rank, got {rank!r}")
     try:
         ranks = np.asarray(placement)
     except Exception:  # ragged nested lists
@@ -63,9 +64,12 @@ def _check_placement(placement, num_layers: int, num_experts: int, num_ranks: in
     if ranks.shape != (num_layers, num_experts):
         out.append(f"placement: shape {ranks.shape}, expected (L, E) = ({num_layers}, {num_experts})")
         return None
-    if ranks.dtype.kind not in "iu":
-        out.append(f"placement: ranks must be integers, got dtype {ranks.dtype}")
+    if ranks.dtype == object and isinstance(placement, (list, tuple)):
+        # integers beyond 64 bits: out of range, like -1 (a violation, as for a sample index)
+        out.append(f"placement: a rank beyond 64-bit integers, outside [0, {num_ranks})")
         return None
+    # an array (library use) of another dtype: the same malformed input
+    require(ranks.dtype.kind in "iu", "placement", f"ranks must be integers, got dtype {ranks.dtype}")
     if ranks.min() < 0 or ranks.max() >= num_ranks:
         out.append(f"placement: rank values span [{ranks.min()}, {ranks.max()}], outside [0, {num_ranks})")
         return None
@@ -116,8 +120,10 @@ def check_plan(instance: Instance, placement, rows, objective="sync", num_rows: 
     """Verify a plan and recompute its score.
 
     Constraint violations (a sample out of range, missing or repeated, a wrong shape,
-    capacity, balance) are reported in the :class:`CheckReport`; a cell that is not a list
-    of integer sample indices raises :class:`~rp_opt.errors.InputError` (a malformed file).
+    capacity, balance) are reported in the :class:`CheckReport`; a value of the wrong type
+    (a cell that is not a list of integer sample indices, a rank that is not an integer)
+    raises :class:`~rp_opt.errors.InputError` (a malformed file), as in every reader of
+    plan files.
 
     Parameters
     ----------

@@ -177,10 +177,11 @@ def test_check_without_a_plan_is_one_line(hand):
         check_plan(hand.window, [[0, 0, 1, 1]] * 2, result.plan.layout.to_rows())
 
 
-def test_huge_index_and_boolean_rank_are_violations():
+def test_huge_index_is_a_violation_and_a_boolean_rank_malformed():
     """The checker itself reads a raw plan's numbers as what they are: a sample index beyond
-    64-bit integers is out of range like -1 (no OverflowError), and JSON ``true`` is not
-    the rank 1; both are violations and the plan is unscored."""
+    64-bit integers is out of range like -1 (no OverflowError; a violation, the plan
+    unscored), and JSON ``true`` or a float is not a rank (malformed input, as a
+    non-integer sample index is)."""
     instance = random_instance(3)
     placement, rows = _valid_plan(instance)
     rows = copy.deepcopy(rows)
@@ -191,5 +192,7 @@ def test_huge_index_and_boolean_rank_are_violations():
     assert report.violations[0] == f"rows[0][0]: sample {2**70} is not in [0, {n})"
     flagged = [list(layer) for layer in placement]
     flagged[0][1] = True
-    report = check_plan(instance, flagged, _valid_plan(instance)[1])
-    assert report.violations == ["placement[0][1]: must be an integer rank, got True"] and report.score is None
+    with pytest.raises(InputError, match=r"^placement\[0\]\[1\]: must be an integer rank, got True$"):
+        check_plan(instance, flagged, _valid_plan(instance)[1])
+    with pytest.raises(InputError, match="^placement: ranks must be integers, got dtype float64$"):
+        check_plan(instance, np.asarray(placement, dtype=float), _valid_plan(instance)[1])

@@ -340,19 +340,34 @@ def test_eval_out_of_range_index_is_a_violation_whatever_its_size(files, capsys,
     assert f"violation: rows[0][0]: sample {index} is not in [0, 16)" in capsys.readouterr().out
 
 
-def test_eval_rejects_a_boolean_rank(files, capsys, tmp_path):
-    """JSON ``true`` is not the rank 1: eval reports it as a violation (exit 1), with the
+@pytest.mark.parametrize("make_rank", [lambda r: bool(r == 1), lambda r: r + 0.5, lambda r: float(r)],
+                         ids=["true", "half", "float"])
+def test_eval_rejects_a_rank_that_is_not_an_integer(files, capsys, tmp_path, make_rank):
+    """JSON ``true`` is not the rank 1, nor is 1.5 or 1.0 a rank: a malformed file for
+    eval (exit 2, one line) as for show and as a non-integer sample index is, with the
     words every other reader uses for it."""
     data = _plan(files)
-    data["placement"][0][0] = bool(data["placement"][0][0] == 1)
-    path = _write(tmp_path, "boolrank.json", data)
+    data["placement"][0][0] = make_rank(data["placement"][0][0])
+    path = _write(tmp_path, "badrank.json", data)
+    rank = data["placement"][0][0]
+    line = f"error: placement[0][0]: must be an integer rank, got {rank!r}"
+    assert _error(capsys, ["eval", files["w16"], path]) == line
+    assert _error(capsys, ["show", files["w16"], "--plan", path]) == line
+    assert main(["eval", files["w16"], path, "--json"]) == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["field"] == "placement[0][0]" and repr(rank) in error["message"]
+
+
+def test_eval_rank_beyond_64_bits_is_a_violation(files, capsys, tmp_path):
+    """A rank beyond 64-bit integers is out of range, like -1: a violation (exit 1),
+    unscored, as a sample index beyond 64 bits is."""
+    data = _plan(files)
+    data["placement"][0][0] = 2**70
+    path = _write(tmp_path, "hugerank.json", data)
     assert main(["eval", files["w16"], path, "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["valid"] is False and out["score"] is None
-    rank = data["placement"][0][0]
-    assert out["violations"] == [f"placement[0][0]: must be an integer rank, got {rank!r}"]
-    assert _error(capsys, ["show", files["w16"], "--plan", path]) == \
-        f"error: placement[0][0]: must be an integer rank, got {rank!r}"
+    assert out["violations"] == ["placement: a rank beyond 64-bit integers, outside [0, 4)"]
 
 
 # ------------------------------------------------------------------ 8: -v after the command
