@@ -141,6 +141,50 @@ def cell_samples(cell, field: str) -> list[int]:
     return [int(i) for i in cell]
 
 
+def checked_ranks(values, num_ranks: int, field: str, shape: tuple, balanced: bool = True) -> np.ndarray:
+    """``values`` as int64 ranks of one layer [E] or of every layer [L, E], checked.
+
+    The one check of a rank assignment given to a placement routine (a local search's
+    start, a layer model's warm start or current placement); :class:`Placement` checks its
+    own, naming the expert.
+
+    Parameters
+    ----------
+    values
+        The ranks (array-like).
+    num_ranks
+        P: every rank in [0, P).
+    field
+        Name of the argument in messages.
+    shape
+        The shape ``values`` must have.
+    balanced
+        Also E/P experts on every rank of every layer.
+
+    Raises
+    ------
+    InputError
+        One line naming ``field``: another shape, a dtype that is not an integer, a rank
+        outside [0, P), or (``balanced``) a rank without E/P experts.
+    """
+    raw = np.asarray(values)
+    require(raw.shape == tuple(shape), field, f"must have shape {tuple(shape)}, got {raw.shape}")
+    require(raw.dtype.kind in "iu", field, f"must hold integer ranks, got dtype {raw.dtype}")
+    ranks = raw.astype(np.int64)   # a copy: the caller may change it
+    if ranks.size and not bool(np.all((ranks >= 0) & (ranks < num_ranks))):
+        raise InputError(field, f"must hold ranks in [0, {num_ranks - 1}], got {int(ranks.min())}..{int(ranks.max())}")
+    if balanced and ranks.size:
+        per_rank = ranks.shape[-1] // num_ranks
+        counts = rank_counts(np.atleast_2d(ranks), num_ranks)
+        bad = np.argwhere(counts != per_rank)
+        if bad.size:
+            layer, rank = (int(v) for v in bad[0])
+            where = f"layer {layer} has" if ranks.ndim == 2 else "it has"
+            raise InputError(field, f"must hold E/P = {per_rank} experts on every rank; {where} "
+                                    f"{int(counts[layer, rank])} on rank {rank}")
+    return ranks
+
+
 def rank_counts(ranks: np.ndarray, num_ranks: int) -> np.ndarray:
     """[L, P]: number of experts each rank holds in each layer."""
     num_layers = ranks.shape[0]

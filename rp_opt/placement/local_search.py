@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InputError, integer, require
-from ..solution import Placement
+from ..errors import integer, require
+from ..solution import Placement, checked_ranks
 from ..window import Window
 from .lpt import _check_load, layer_rank_loads, lpt_ranks
 
@@ -62,21 +62,9 @@ def local_search_ranks(load: np.ndarray, ranks: np.ndarray, num_ranks: int,
         rank sizes: an unbalanced start came back unbalanced), a bad ``max_sweeps``.
     """
     load, num_ranks = _check_load(load, num_ranks)
-    raw = np.atleast_2d(np.asarray(ranks))
-    require(raw.shape == load.shape, "ranks", f"shape {raw.shape} does not match load {load.shape}")
-    require(raw.dtype.kind in "iu", "ranks", f"must be integer ranks, got dtype {raw.dtype}")
-    ranks = raw.astype(np.int64, copy=True)
+    ranks = checked_ranks(np.atleast_2d(np.asarray(ranks)), num_ranks, "ranks", load.shape)
     num_layers, num_experts = load.shape
     per_rank = num_experts // num_ranks
-    if not np.all((ranks >= 0) & (ranks < num_ranks)):
-        raise InputError("ranks", f"must be in [0, {num_ranks - 1}], got {int(ranks.min())}..{int(ranks.max())}")
-    counts = np.zeros((num_layers, num_ranks), dtype=np.int64)
-    np.add.at(counts, (np.arange(num_layers)[:, None], ranks), 1)
-    bad = np.argwhere(counts != per_rank)
-    if bad.size:
-        layer, rank = (int(v) for v in bad[0])
-        raise InputError("ranks", f"must hold E/P = {per_rank} experts on every rank; layer {layer} has "
-                                  f"{int(counts[layer, rank])} on rank {rank}")
     max_sweeps = integer("max_sweeps", max_sweeps, low=0, none=True, hint="None: until no layer improves")
     require(moves in ("max", "all"), "moves", f"must be 'max' or 'all', got {moves!r}")
     if num_ranks == 1 or num_experts == 0:

@@ -37,7 +37,7 @@ from .._cpsat import solve
 from .._highs import import_pyomo, silence_banner, solve_pyomo
 from ..errors import MAX_WORKERS, InputError, integer, number, require, shown
 from ..result import FEASIBLE, NO_SOLUTION, OPTIMAL, relative_gap
-from ..solution import Layout, Placement
+from ..solution import Layout, Placement, checked_ranks
 from ..window import Instance, Window
 from .local_search import local_search_ranks
 from .lpt import lpt_ranks
@@ -192,12 +192,8 @@ def solve_layer(problem: LayerProblem, objective="aggregate", *, time_limit: flo
     """
     start = time.perf_counter()
     obj = get_placement_objective(objective)
-    require(backend in BACKENDS, "backend", f"must be one of {', '.join(BACKENDS)}, got {backend!r}")
     time_limit = number("time_limit", time_limit, above=0, none=True, hint="seconds; None: no limit")
-    mip_gap = check_mip_gap(mip_gap)
-    tolerance = number("tolerance", tolerance, low=0)
-    threads = integer("threads", threads, low=1, high=MAX_WORKERS, none=True,
-                      hint="solver threads; None: the machine's cores")
+    mip_gap, tolerance, threads = _solver_args(backend, mip_gap, tolerance, threads)
     for need in obj.needs:
         require(getattr(problem, need) is not None, need, f"the {obj.name!r} objective needs it")
     stats: dict = {"backend": backend}
@@ -290,18 +286,19 @@ def check_mip_gap(value, field: str = "mip_gap", *, text: bool = False) -> float
     return out
 
 
+def _solver_args(backend: str, mip_gap, tolerance, threads) -> tuple:
+    """The layer model's solver arguments, checked (one line naming the first bad one):
+    ``mip_gap`` (:func:`check_mip_gap`), ``tolerance`` and ``threads`` as numbers."""
+    require(backend in BACKENDS, "backend", f"must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    return (check_mip_gap(mip_gap), number("tolerance", tolerance, low=0),
+            integer("threads", threads, low=1, high=MAX_WORKERS, none=True,
+                    hint="solver threads; None: the machine's cores"))
+
+
 def _check_warm(warm_start, problem: LayerProblem) -> None:
     """:class:`InputError` on ``warm_start`` unless it is an [E] integer assignment with
     E/P experts on every rank."""
-    warm = np.asarray(warm_start)
-    require(warm.shape == problem.load.shape, "warm_start",
-            f"must have shape {problem.load.shape}, got {warm.shape}")
-    require(warm.dtype.kind in "iu", "warm_start", f"must hold integer ranks, got dtype {warm.dtype}")
-    if not np.all((warm >= 0) & (warm < problem.num_ranks)):
-        raise InputError("warm_start", f"must hold ranks in [0, {problem.num_ranks - 1}], got "
-                                       f"{int(warm.min())}..{int(warm.max())}")
-    require(bool(np.all(np.bincount(warm, minlength=problem.num_ranks) == problem.per_rank)), "warm_start",
-            "must hold E/P experts on every rank")
+    checked_ranks(warm_start, problem.num_ranks, "warm_start", problem.load.shape)
 
 
 def _import_backend(backend: str) -> None:
@@ -565,10 +562,7 @@ def exact_placement(data, num_ranks: int | None = None, objective="aggregate", *
     num_shards = integer("num_shards", 1 if num_shards is None else num_shards, low=1)
     obj = get_placement_objective(objective)
     # the scalars before any work (solve_layer reads them again for every layer)
-    require(backend in BACKENDS, "backend", f"must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    mip_gap = check_mip_gap(mip_gap)
-    number("tolerance", tolerance, low=0)
-    integer("threads", threads, low=1, high=MAX_WORKERS, none=True, hint="solver threads; None: the machine's cores")
+    mip_gap = _solver_args(backend, mip_gap, tolerance, threads)[0]
     load = window.expert_load()
     if "current" in obj.needs:
         require(current is not None, "current", f"the {obj.name!r} objective needs the current placement")

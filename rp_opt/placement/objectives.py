@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import InputError, integer, require
+from ..solution import checked_ranks
 from .bounds import placement_lower_bound
 
 
@@ -58,12 +59,7 @@ class LayerProblem:
         object.__setattr__(self, "load", load)
         if self.current is not None:
             # the migration model indexes x[e, current[e]]
-            current = np.asarray(self.current)
-            require(current.shape == load.shape, "current", f"must be [E] = {load.shape}, got shape {current.shape}")
-            require(current.dtype.kind in "iu", "current", f"must hold integer ranks, got dtype {current.dtype}")
-            if not np.all((current >= 0) & (current < num_ranks)):
-                raise InputError("current", f"must hold ranks in [0, {num_ranks - 1}], got "
-                                            f"{int(current.min())}..{int(current.max())}")
+            current = checked_ranks(self.current, num_ranks, "current", load.shape, balanced=False)
             object.__setattr__(self, "current", current)
         if self.cell_load is not None:
             # the rows objective multiplies it by the [E, P] assignment: a numpy error otherwise
