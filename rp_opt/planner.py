@@ -346,8 +346,9 @@ class Planner:
         self._cost_by_layers: dict[int, CostModel] = {}
         self._current = placement_for(current_placement, cluster.ep, "current_placement", none=True)
         self._previous: Plan | None = None
-        # seconds the last step spent after its solve (migration plan, choice): the next
-        # solve leaves them (at N = 16384 they were 0.6 s beyond a 5-s limit)
+        # seconds the last step spent after its solve (migration plan, choice, scaled to
+        # three candidates) and past the solver's limit: the next solve leaves them (at
+        # N = 16384 they were 0.6 s beyond a 5-s limit)
         self._after_solve = 0.0
         self._warned_lengths = False
         self.step = 0
@@ -508,14 +509,16 @@ class Planner:
         -------
         StepPlan
         """
+        # ``total`` counts from here: the first step's imports (0.17 s) are in it, not in ``replay``
+        start = time.perf_counter()
         from .materialise import migration_plan
 
         commit = switch("commit", commit)
-        start = time.perf_counter()
+        t = time.perf_counter()
         instance, inputs = self._instance(lengths, routing, num_experts=num_experts, mask=mask, top_k=top_k,
                                           attn_work=attn_work)
         window = instance.window
-        timings = {"replay": time.perf_counter() - start}
+        timings = {"replay": time.perf_counter() - t}
         current = self._current
         if current is None:
             current = Placement.identity(window.num_layers, window.num_experts, self.cluster.ep)
@@ -543,6 +546,10 @@ class Planner:
         if certificate.r_star is not None:
             # R* is proven once per step; every registered planner takes it as ``num_rows``
             options.setdefault("num_rows", certificate.r_star)
+        if name in ("heuristic", "auto"):
+            # the identity + ffd score for the report runs after the plan, outside the
+            # heuristic's limit (0.17 s at N = 16384): a trainer's step has no use for it
+            options.setdefault("report_baseline", False)
         if takes_placement(name):
             if self.keep_placement:
                 options.setdefault("placement", current)
@@ -573,7 +580,12 @@ class Planner:
         extra.update(self._bound_of(instance, plan, result, extra["decision"]))
         timings["choose"] = time.perf_counter() - t
         timings["total"] = time.perf_counter() - start
-        self._after_solve = timings["migrate"] + timings["choose"]
+        # the next step may score more candidates (at most three: the previous plan, the
+        # placement in force, the new plan); the first scores at most two (N = 16384: 0.32 s,
+        # then 0.49 s with three, beyond the limit left for it)
+        self._after_solve = timings["migrate"] + timings["choose"] * 3 / max(1, extra["scored"])
+        # and what the solver ran past its limit (its final scoring: 0.11 s at N = 16384)
+        self._after_solve += max(0.0, timings["solve"] - timings["solve_limit"])
         step = StepPlan(self.step, instance, plan, result, certificate, migration, timings, warm_kind, extra)
         if commit:
             self._current = plan.placement
@@ -611,6 +623,7 @@ class Planner:
         if migration.num_transfers:
             value = score(instance, current, new.layout, objective)
             candidates.append((KEPT_PLACEMENT, Plan(current, new.layout, objective, value, new.stats)))
+        extra["scored"] = len(candidates) + 1 if candidates else 0    # (the next step's limit)
         if not candidates:
             extra.update(decision=NEW, candidates={NEW: list(new.score)})
             return new, migration

@@ -369,7 +369,9 @@ def demand_from_counts(counts, num_experts: int | None = None, num_layers: int |
                 + experts_note(num_experts, num_experts_from))
     if num_layers is not None:
         require(counts.shape[1] == num_layers, "counts", f"has {counts.shape[1]} layers, expected L={num_layers}")
-    if counts.dtype.kind in "iu" and counts.size:
+    # (unsigned counts cannot be negative; a signed array is scanned once by min, and only
+    # a negative one again to name the count: argwhere alone took 0.3 s at N = 16384, L = 48)
+    if counts.dtype.kind == "i" and counts.size and counts.min() < 0:
         neg = np.argwhere(counts < 0)
         if neg.size:
             i, l, e = neg[0]
