@@ -91,7 +91,8 @@ def _check_rows(rows, num_samples: int, num_slots: int, out: list[str]):
     broken = False
     for r, row in enumerate(rows):
         if not isinstance(row, (list, tuple)) or len(row) != num_slots:
-            out.append(f"rows[{r}]: has {len(row) if isinstance(row, (list, tuple)) else 'no'} slots, the cluster has D={num_slots}")
+            out.append(f"rows[{r}]: has {len(row) if isinstance(row, (list, tuple)) else 'no'} slots, "
+                       f"the cluster has D={num_slots}")
             broken = True
             continue
         for d, cell in enumerate(row):
@@ -164,7 +165,8 @@ def check_plan(instance: Instance, placement, rows, objective="sync", num_rows: 
         if members.size == 0:
             violations.append(f"rows[{r}][{d}]: empty cell")
         if tokens[r, d] > cluster.capacity:
-            violations.append(f"rows[{r}][{d}]: {int(tokens[r, d])} tokens, more than the capacity C={cluster.capacity}")
+            violations.append(f"rows[{r}][{d}]: {int(tokens[r, d])} tokens, more than the capacity "
+                              f"C={cluster.capacity}")
         m = cluster.max_samples_per_cell
         if m is not None and members.size > m:
             violations.append(f"rows[{r}][{d}]: {members.size} samples, more than m={m}")

@@ -298,7 +298,8 @@ def plan_from_dict(instance: Instance, data: dict) -> Plan:
     """A validated :class:`Plan` from the plan-file form (bijection and balance enforced)."""
     placement = placement_from_list(instance, data["placement"])
     layout = Layout.from_rows(data["rows"], instance.window.num_samples)
-    require(layout.num_slots == instance.cluster.dp, "rows", f"have {layout.num_slots} slots, the cluster has D={instance.cluster.dp}")
+    require(layout.num_slots == instance.cluster.dp, "rows",
+            f"have {layout.num_slots} slots, the cluster has D={instance.cluster.dp}")
     # the optional fields too: one line naming them, never a ValueError/TypeError traceback
     score = [] if data.get("score") is None else data["score"]
     stats = {} if data.get("stats") is None else data["stats"]

@@ -263,7 +263,8 @@ def apply_transfers(current: Placement, transfers) -> Placement:
         require((layer, expert) not in moved, "transfers", f"layer {layer} expert {expert} moves twice")
         require(ranks[layer, expert] == src, "transfers",
                 f"layer {layer} expert {expert} is on rank {ranks[layer, expert]}, not {src}")
-        require(0 <= dst < current.num_ranks, "transfers", f"destination rank {dst} is outside [0, {current.num_ranks})")
+        require(0 <= dst < current.num_ranks, "transfers",
+                f"destination rank {dst} is outside [0, {current.num_ranks})")
         ranks[layer, expert] = dst
         moved.add((layer, expert))
     return Placement(ranks, current.num_ranks)

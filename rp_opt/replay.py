@@ -386,7 +386,8 @@ def demand_from_counts(counts, num_experts: int | None = None, num_layers: int |
         if uneven.size:
             i, l = uneven[0]
             raise InputError(f"counts[{i}]", f"layer {l} routes {per_layer[i, l]} tokens, layer 0 routes {tokens[i]}"
-                                             " (lengths from counts need a full replay: give lengths for a partial one)")
+                                             " (lengths from counts need a full replay: "
+                                             "give lengths for a partial one)")
         odd = np.flatnonzero(tokens % top_k != 0)
         if odd.size:
             raise InputError(f"counts[{odd[0]}]",
@@ -399,7 +400,8 @@ def demand_from_counts(counts, num_experts: int | None = None, num_layers: int |
         # derived lengths: every layer routes exactly k T_i, so only the visits can fail
         _check_counts(demand, lengths, top_k, note, derived=True)
     lengths = read_array(lengths, "lengths")
-    require(lengths.shape == (counts.shape[0],), "lengths", f"must have shape ({counts.shape[0]},), got {lengths.shape}")
+    require(lengths.shape == (counts.shape[0],), "lengths",
+            f"must have shape ({counts.shape[0]},), got {lengths.shape}")
     lengths = checked_lengths(lengths)
     if top_k_from is not None and top_k is not None:
         # given lengths and a k the caller did not give: the Window's sum check

@@ -38,7 +38,8 @@ class Placement(_ArrayFields):
     def __post_init__(self):
         ranks = read_array(self.ranks, "placement")  # ragged lists: one line, not numpy's traceback
         require(ranks.ndim == 2, "placement", f"must be [L, E], got shape {ranks.shape}")
-        require(ranks.dtype.kind in "iu" or ranks.size == 0, "placement", f"must hold integer ranks, got dtype {ranks.dtype}")
+        require(ranks.dtype.kind in "iu" or ranks.size == 0, "placement",
+                f"must hold integer ranks, got dtype {ranks.dtype}")
         p = integer("placement.num_ranks", self.num_ranks, low=1)
         num_layers, num_experts = ranks.shape
         require(num_experts % p == 0, "placement", f"P={p} does not divide E={num_experts}")
@@ -112,7 +113,8 @@ def placement_for(placement, num_ranks: int, field: str = "placement", num_layer
     if num_layers is not None:
         require(placement.ranks.shape == (num_layers, num_experts), field,
                 f"has (L, E) = {placement.ranks.shape}, the window has ({num_layers}, {num_experts})")
-    require(placement.num_ranks == num_ranks, field, f"has P={placement.num_ranks} ranks, the cluster has P={num_ranks}")
+    require(placement.num_ranks == num_ranks, field,
+            f"has P={placement.num_ranks} ranks, the cluster has P={num_ranks}")
     return placement
 
 
@@ -217,7 +219,8 @@ class Layout(_ArrayFields):
     def __post_init__(self):
         cell_of = read_array(self.cell_of, "layout")
         require(cell_of.ndim == 1, "layout", f"cell_of must be 1-D, got shape {cell_of.shape}")
-        require(cell_of.dtype.kind in "iu" or cell_of.size == 0, "layout", f"cell_of must be integer, got {cell_of.dtype}")
+        require(cell_of.dtype.kind in "iu" or cell_of.size == 0, "layout",
+                f"cell_of must be integer, got {cell_of.dtype}")
         rows = integer("layout.num_rows", self.num_rows, low=1)
         slots = integer("layout.num_slots", self.num_slots, low=1)
         cell_of = cell_of.astype(np.int64)
@@ -260,7 +263,8 @@ class Layout(_ArrayFields):
         num_slots = len(rows[0]) if isinstance(rows[0], list) else -1
         cell_of = np.full(num_samples, -1, dtype=np.int64)
         for r, row in enumerate(rows):
-            require(isinstance(row, list) and len(row) == num_slots and num_slots >= 1, f"rows[{r}]", f"must be a list of {max(num_slots, 1)} slots")
+            require(isinstance(row, list) and len(row) == num_slots and num_slots >= 1, f"rows[{r}]",
+                    f"must be a list of {max(num_slots, 1)} slots")
             for d, cell in enumerate(row):
                 for i in cell_samples(cell, f"rows[{r}][{d}]"):
                     require(0 <= i < num_samples, f"rows[{r}][{d}]", f"sample {i} is not in [0, {num_samples})")

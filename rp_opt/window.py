@@ -235,7 +235,8 @@ class Window(_ArrayFields):
         given = demand = read_array(self.demand, "demand")
         require(demand.ndim == 3, "demand", f"must be 3-D [N, L, E], got shape {demand.shape}")
         require(demand.shape[0] == n, "demand", f"has {demand.shape[0]} samples but lengths has {n}")
-        require(demand.shape[1] >= 1 and demand.shape[2] >= 1, "demand", f"shape {demand.shape} has no layers or no experts")
+        require(demand.shape[1] >= 1 and demand.shape[2] >= 1, "demand",
+                f"shape {demand.shape} has no layers or no experts")
         demand = compact_counts(demand)
 
         k = integer("top_k", self.top_k, 1)
@@ -297,9 +298,11 @@ class Window(_ArrayFields):
         kind, i, l, e, value = bad
         if kind == "visits":
             raise InputError("demand", f"sample {i}, layer {l}: expert {e} gets {value} tokens from a "
-                                       f"sample of {int(self.lengths[i])} tokens (a token picks an expert at most once)")
+                                       f"sample of {int(self.lengths[i])} tokens "
+                                       "(a token picks an expert at most once)")
         raise InputError("demand", f"sample {i}, layer {l} routes {value} tokens, more than "
-                                   f"top_k x T = {self.top_k} x {int(self.lengths[i])} = {self.top_k * int(self.lengths[i])}")
+                                   f"top_k x T = {self.top_k} x {int(self.lengths[i])} = "
+                                   f"{self.top_k * int(self.lengths[i])}")
 
     def subset(self, samples) -> "Window":
         """The window restricted to ``samples`` (indices in [0, N), repeats allowed), in
@@ -396,7 +399,8 @@ class Stage:
     beta: float
 
     def __post_init__(self):
-        require(isinstance(self.name, str) and self.name != "", "cost.stages.name", f"must be a non-empty string, got {self.name!r}")
+        require(isinstance(self.name, str) and self.name != "", "cost.stages.name",
+                f"must be a non-empty string, got {self.name!r}")
         prefix = f"cost.stages[{self.name}]"
         object.__setattr__(self, "layers", integer(f"{prefix}.layers", self.layers, 0))
         for key in ("alpha", "beta"):
@@ -414,7 +418,8 @@ def _stage(stage, k: int) -> Stage:
     require(isinstance(stage, dict), f"cost.stages[{k}]", f"must be a Stage or a dict, got {type(stage).__name__}")
     unknown = [key for key in stage if key not in _STAGE_KEYS]
     if unknown:
-        raise InputError(f"cost.stages[{k}]", f"has an unexpected key {unknown[0]!r} (a stage has {', '.join(_STAGE_KEYS)})")
+        raise InputError(f"cost.stages[{k}]", f"has an unexpected key {unknown[0]!r} "
+                                              f"(a stage has {', '.join(_STAGE_KEYS)})")
     missing = [key for key in _STAGE_KEYS if key not in stage]
     require(not missing, f"cost.stages[{k}]", f"misses {missing}")
     return Stage(**stage)

@@ -107,7 +107,8 @@ def production(seconds: float, samples: int = 4096, reference: float = 0.0, corr
     print(f"placement gain (identity+ffd -> LPT+ffd) {100 * (base - lpt) / base:.2f} %, "
           f"packing gain (LPT+ffd -> heuristic) {100 * (lpt - heur.score[0]) / base:.2f} % of identity+ffd")
     print(f"best provable lower bound {bound:.6g} (the plan's report {heur.stats['lower_bound']:.6g}, the window's "
-          f"certificate {certificate:.6g} in {certificate_seconds:.2f} s; analytic {heur.stats['analytic_bound']:.6g}); "
+          f"certificate {certificate:.6g} in {certificate_seconds:.2f} s; "
+          f"analytic {heur.stats['analytic_bound']:.6g}); "
           f"for this placement {heur.stats['placement_bound']:.6g} "
           f"(the plan {100 * heur.stats['placement_gap']:.2f} % above it)")
     if reference:
@@ -173,7 +174,8 @@ def scaling(seconds: float, sizes=(512, 1024, 2048, 4096, 8192, 16384), cache: s
             objective: str = "sync", corr: float | None = None):
     """Plan time and quality from N = 512 to 16384 (``corr``: the windows' routing
     correlation, as for the production window; None: the generator's default)."""
-    print("| N | R* | blocks | plan s (limit) | placement | R* | rank demand | seeds | regroup | bounds | anneal | search | "
+    print("| N | R* | blocks | plan s (limit) | placement | R* | rank demand | seeds | regroup | "
+          "bounds | anneal | search | "
           "score | primary vs LPT+ffd | vs bound | vs window bound (s) | search start | search block pairs |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     import rp_opt.placement  # noqa: F401
@@ -187,8 +189,8 @@ def scaling(seconds: float, sizes=(512, 1024, 2048, 4096, 8192, 16384), cache: s
         evals = s.get("sweep_evaluations", 0) + s.get("exact_evaluations", 0)
         certificate, certificate_seconds = timed_window_bound(inst, r.plan.num_rows, objective)
         certificate = max(certificate, r.bound)
-        phases = " | ".join(f"{tm.get(k, 0):.2f}" for k in ("placement", "rows", "rank_demand", "seeds", "regroup", "bounds",
-                                                             "anneal", "search", "score"))
+        phases = " | ".join(f"{tm.get(k, 0):.2f}" for k in ("placement", "rows", "rank_demand", "seeds", "regroup",
+                                                             "bounds", "anneal", "search", "score"))
         print(f"| {n} | {r.plan.num_rows} | {r.plan.num_rows * inst.cluster.edp} | {r.seconds:.2f} ({seconds}) | "
               f"{phases} | {100 * (r.score[0] - lpt) / lpt:+.2f} % | {100 * (r.score[0] - r.bound) / r.bound:+.2f} % | "
               f"{100 * (r.score[0] - certificate) / certificate:+.2f} % ({certificate_seconds:.1f}) | "

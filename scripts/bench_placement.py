@@ -46,7 +46,8 @@ def bench_deepseek(args, skew):
     window = instance.window
     load = window.expert_load()
     print(f"deepseek-v3-like window: N={window.num_samples} L={window.num_layers} E={window.num_experts} "
-          f"top-{window.top_k}, synth skew {skew}, {load.sum()} routed tokens (generated in {time.perf_counter() - t0:.1f} s)\n")
+          f"top-{window.top_k}, synth skew {skew}, {load.sum()} routed tokens "
+          f"(generated in {time.perf_counter() - t0:.1f} s)\n")
     heur_rows, exact_rows = [], []
     for num_ranks in args.ranks:
         t = time.perf_counter()
@@ -66,7 +67,8 @@ def bench_deepseek(args, skew):
             by_bound = sum(1 for s in res.stats if s.get("solved_by") == "bound")
             proven = int(np.sum(res.gap <= mip_gap + 1e-12))
             milp_secs = res.seconds[[s.get("solved_by") != "bound" for s in res.stats]]
-            exact_rows.append([num_ranks, backend, f"{mip_gap:g}", f"{wall:.2f}", f"{res.seconds.mean():.3f}", f"{res.seconds.max():.2f}",
+            exact_rows.append([num_ranks, backend, f"{mip_gap:g}", f"{wall:.2f}", f"{res.seconds.mean():.3f}",
+                               f"{res.seconds.max():.2f}",
                                f"{milp_secs.mean():.2f}" if milp_secs.size else "-",
                                f"{window.num_layers - by_bound}", f"{proven}/{window.num_layers}",
                                f"{100 * res.gap.max():.4f}", res.status])

@@ -168,9 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print_tables(tables)
     # failed runs, and plans the checker rejects or scores differently (check_agrees)
-    bad = [r for r in records if r.get("status") == "error" or (r.get("status") in ("optimal", "feasible") and not usable(r))]
+    bad = [r for r in records
+           if r.get("status") == "error" or (r.get("status") in ("optimal", "feasible") and not usable(r))]
     for rec in bad:
-        print(f"warning: {rec['instance']} {rec['solver']}: {rec.get('error') or rec.get('violations')}", file=sys.stderr)
+        print(f"warning: {rec['instance']} {rec['solver']}: {rec.get('error') or rec.get('violations')}",
+              file=sys.stderr)
     return 1 if bad else 0
 
 

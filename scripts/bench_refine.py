@@ -8,7 +8,8 @@ Usage::
 Without ``--window`` a ling-flash-like window is generated (``--samples``, default 4096,
 L=48, E=256; ``--dp/--edp/--ep``, default D=64, G=8, P=8). Prints, per run, the primary, its gap to the heuristic's
 placement-free lower bound and where it sits (attention and expert totals above their
-bounds, maxima above means: the heuristic's ``gap_split`` rescaled to fractions of the bound), the swaps kept and whether
+bounds, maxima above means: the heuristic's ``gap_split`` rescaled to fractions of the bound), the swaps
+kept and whether
 the refined plan was adopted.
 """
 
@@ -61,7 +62,8 @@ def main(argv=None) -> int:
                                      for k, v in res.stats.get("gap_split", {}).items()}}
                 rows.append(row)
                 if not args.json:
-                    print(f"| {limit:g} | {seed} | {'on' if refine else 'off'} | {seconds:.2f} | {row['primary']:.6g} | "
+                    print(f"| {limit:g} | {seed} | {'on' if refine else 'off'} | {seconds:.2f} | "
+                          f"{row['primary']:.6g} | "
                           f"{100 * row['gap']:.3f} | "
                           + " | ".join(f"{100 * row['gap_split'].get(k, float('nan')):.3f}"
                                        for k in ("attention", "expert", "spread"))

@@ -54,10 +54,11 @@ def main(argv=None) -> int:
         json.dump(rows, sys.stdout, indent=1)
         print()
     else:
-        print(f"{'N':>5} {'D':>4} {'seed':>4} {'status':>9} {'R*':>4} {'bins lo':>7} {'bins hi':>7} {'bound':>12} {'seconds':>8}")
+        print(f"{'N':>5} {'D':>4} {'seed':>4} {'status':>9} {'R*':>4} {'bins lo':>7} {'bins hi':>7} "
+              f"{'bound':>12} {'seconds':>8}")
         for r in rows:
-            print(f"{r['N']:>5} {r['D']:>4} {r['seed']:>4} {r['status']:>9} {str(r['r_star']):>4} {r['bins_lower']!s:>7} "
-                  f"{r['bins_upper']!s:>7} {r['bound']:>12} {r['seconds']:>8.3f}")
+            print(f"{r['N']:>5} {r['D']:>4} {r['seed']:>4} {r['status']:>9} {str(r['r_star']):>4} "
+                  f"{r['bins_lower']!s:>7} {r['bins_upper']!s:>7} {r['bound']:>12} {r['seconds']:>8.3f}")
         secs = [r["seconds"] for r in rows]
         print(f"windows {len(rows)}, optimal {sum(r['status'] == 'optimal' for r in rows)}, "
               f"mean {np.mean(secs):.3f}s, max {np.max(secs):.3f}s")

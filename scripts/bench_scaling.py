@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="solver time limit (the schedule decides the annealing; R* gets 20%% of it)")
     parser.add_argument("--tracemalloc", action="store_true", help="also run each point under tracemalloc (peak)")
     parser.add_argument("--quick", action="store_true", help="two tiny points per parameter (CI)")
-    parser.add_argument("--in-process", action="store_true", help="no subprocess per point (memory figures then mix points)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="no subprocess per point (memory figures then mix points)")
     add_output_arguments(parser, "scaling")
     args = parser.parse_args(argv)
     base, sweep = (QUICK_BASE, QUICK_SWEEP) if args.quick else (BASE, SWEEP)

@@ -41,7 +41,8 @@ def run_folder(root: str, folder: str, optima: dict, time_limit: float, limit: i
         best = optima.get(name[:-4])
         # a certificate is wrong when it claims an optimum, or bounds, that contradict the known optimum
         wrong = best is not None and ((cert.r_star is not None and cert.r_star != best)
-                                      or cert.bins_lower > best or (cert.bins_upper is not None and cert.bins_upper < best))
+                                      or cert.bins_lower > best
+                                      or (cert.bins_upper is not None and cert.bins_upper < best))
         if wrong:
             wrong_names.append(name)
         rows.append((name, cert.status, cert.bins_lower, cert.bins_upper, best, cert.seconds))

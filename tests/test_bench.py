@@ -138,7 +138,8 @@ def test_process_pool_gives_the_same_records_as_in_process():
     tasks = [Task(s, name) for s in specs for name in ("baseline", "kk")]
     here = run_tasks(tasks, workers=1)
     pool = run_tasks(tasks, workers=2)
-    assert [(r["instance"], r["solver"], r["score"]) for r in here] == [(r["instance"], r["solver"], r["score"]) for r in pool]
+    assert ([(r["instance"], r["solver"], r["score"]) for r in here]
+            == [(r["instance"], r["solver"], r["score"]) for r in pool])
 
 
 @pytest.fixture(scope="class")
@@ -418,8 +419,10 @@ def test_plots_skip_without_matplotlib(monkeypatch, tmp_path):
     (["--threads", "-2"], "--threads: must be an integer >= 1, got -2"),
     (["--limit", "-1"], "--limit: must be an integer >= 0 (instances; 0 means all), got -1"),
     (["--seeds", "1,x"], "--seeds: must be an integer in [0, 2147483647] (each of the comma-separated seeds), got 'x'"),
-    (["--seeds", "1,2.5"], "--seeds: must be an integer in [0, 2147483647] (each of the comma-separated seeds), got '2.5'"),
-    (["--seeds", "1,-1"], "--seeds: must be an integer in [0, 2147483647] (each of the comma-separated seeds), got '-1'"),
+    (["--seeds", "1,2.5"], "--seeds: must be an integer in [0, 2147483647] (each of the comma-separated seeds), "
+                           "got '2.5'"),
+    (["--seeds", "1,-1"], "--seeds: must be an integer in [0, 2147483647] (each of the comma-separated seeds), "
+                          "got '-1'"),
     (["--seeds", ","], "--seeds: names no seed, got ','"),
 ])
 def test_gap_arguments_follow_the_shared_rules(argv, message, capsys):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rp_opt import InputError, Layout, Placement, cost_bounds, layout_costs, score
+from rp_opt import InputError, Placement, cost_bounds, layout_costs, score
 from rp_opt.cost import rank_demand
 from rp_opt.packing.baseline import pack
 from rp_opt.bounds import strong_bounds
@@ -280,7 +280,8 @@ def test_full_row_bound_below_brute_force(seed, shape, arbitrary_q, gamma):
     dp, edp, rows, n = shape
     rng = np.random.default_rng(seed)
     heavy = rng.integers(1, min(3, n - 1) + 1)
-    lengths = np.concatenate([np.full(heavy, 100), np.where(rng.random(n - heavy) < 0.4, rng.integers(45, 100, n - heavy),
+    lengths = np.concatenate([np.full(heavy, 100), np.where(rng.random(n - heavy) < 0.4,
+                                                            rng.integers(45, 100, n - heavy),
                                                             rng.integers(1, 45, n - heavy))])
     if lengths.sum() > rows * dp * 100:
         return

@@ -111,7 +111,8 @@ def test_infeasible_window_exit_1_for_every_solver(tmp_path, capsys, solver):
     assert main(["gen", "--samples", "8", "--dp", "16", "--ep", "2", "--experts", "4", "--top-k", "2",
                  "--layers", "2", "--capacity", "4096", "-o", window]) == 0
     capsys.readouterr()
-    assert main(["plan", window, "--solver", solver, "--time-limit", "1", "--json", "-o", str(tmp_path / "p.json")]) == 1
+    assert main(["plan", window, "--solver", solver, "--time-limit", "1", "--json", "-o",
+                 str(tmp_path / "p.json")]) == 1
     out = _json(capsys)
     assert out["status"] == "infeasible" and out["num_rows"] is None and out["output"] is None
     assert "8 samples for 16 cells" in out["stats"]["reason"]

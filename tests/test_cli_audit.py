@@ -291,7 +291,8 @@ def test_errors_name_the_argument_they_are_about(files, capsys, tmp_path):
     ``--bpp``; a --window that is not a window names ``--window`` (calibrate)."""
     bad_json = tmp_path / "mal.json"
     bad_json.write_text("{nope")
-    assert _error(capsys, ["eval", files["w16"], str(bad_json)]).startswith(f"error: plan: {bad_json} is not valid JSON")
+    assert _error(capsys, ["eval", files["w16"], str(bad_json)]).startswith(
+        f"error: plan: {bad_json} is not valid JSON")
     assert _error(capsys, ["export", files["w16"], str(bad_json), "-o", str(tmp_path / "ex")]).startswith(
         f"error: plan: {bad_json} is not valid JSON")
     bpp = tmp_path / "b.txt"
@@ -317,7 +318,8 @@ def test_calibrate_errors_inside_a_run_name_the_run(files, capsys, tmp_path):
     for run, field in (({"window": files["w24"], "plan_file": plan_file, "times": times}, "plan_file"),
                        ({"window": files["w24"], "plan": old, "times": times}, "plan")):
         timings = _write(tmp_path, "t.json", {"format": "rp-opt-timings/1", "runs": [good, run]})
-        assert _error(capsys, ["calibrate", timings]) == f"error: timings.runs[1].{field}: rows: sample 16 is in no cell"
+        assert (_error(capsys, ["calibrate", timings])
+                == f"error: timings.runs[1].{field}: rows: sample 16 is in no cell")
     missing = str(tmp_path / "nowhere.npz")
     timings = _write(tmp_path, "t.json", {"format": "rp-opt-timings/1",
                                           "runs": [{"window": missing, "plan_file": plan_file, "times": times}]})

@@ -111,7 +111,8 @@ def test_export_output_checked_up_front(files, capsys, tmp_path, monkeypatch):
     # a prefix without a file name would write hidden files '.json' / '.npz' in that directory
     monkeypatch.chdir(tmp_path)
     for prefix in ("", str(tmp_path) + "/", "."):
-        _bad(capsys, ["export", files["w16"], files["plan"], "-o", prefix], "-o:", "must end in a file name", repr(prefix))
+        _bad(capsys, ["export", files["w16"], files["plan"], "-o", prefix], "-o:", "must end in a file name",
+             repr(prefix))
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
@@ -240,7 +241,8 @@ def test_gen_refuses_to_overwrite_unless_forced(capsys, tmp_path):
     capsys.readouterr()
     before = out.read_bytes()
     captured = _bad(capsys, GEN + ["--seed", "1", "-o", str(out), "--json"], "-o:", f"{out} exists", "--force")
-    assert json.loads(captured.out) == {"error": {"field": "-o", "message": f"{out} exists; pass --force to replace it"}}
+    assert json.loads(captured.out) == {"error": {"field": "-o",
+                                                  "message": f"{out} exists; pass --force to replace it"}}
     assert out.read_bytes() == before
     assert main(GEN + ["--seed", "1", "-o", str(out), "--force", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["output"] == str(out)
@@ -297,7 +299,8 @@ def test_unknown_option_of_auto_names_auto(files, capsys):
     _bad(capsys, ["plan", files["w16"], "--solver", "auto", "--option", "zz=1"], "for solver auto")
 
 
-@pytest.mark.parametrize("limit, shown", [("0.001", "limit 0.001 s"), ("1e300", "limit 1e+300 s"), ("10", "limit 10 s")])
+@pytest.mark.parametrize("limit, shown", [("0.001", "limit 0.001 s"), ("1e300", "limit 1e+300 s"),
+                                          ("10", "limit 10 s")])
 def test_plan_progress_line_shows_the_limit_as_given(files, capsys, caplog, limit, shown):
     """The "planning ..." line printed the limit with %.1f: 1e-3 s as "0.0 s", 1e300 s as 301 digits."""
     import logging
@@ -321,7 +324,8 @@ def test_option_value_a_solver_does_not_check_is_one_line(files, capsys):
 def test_json_error_object_on_stdout(files, capsys):
     captured = _bad(capsys, ["plan", files["w16"], "--seed", "-1", "--json"], "--seed")
     assert json.loads(captured.out) == {"error": {"field": "--seed",
-                                                  "message": "must be an integer in [0, 2147483647], got '-1' (see rp-opt plan --help)"}}
+                                                  "message": "must be an integer in [0, 2147483647], got '-1' "
+                                                             "(see rp-opt plan --help)"}}
     for flag in ("--js", "--j"):  # argparse's abbreviations of --json: the same object
         captured = _bad(capsys, ["plan", files["w16"], "--seed", "-1", flag], "--seed")
         assert json.loads(captured.out)["error"]["field"] == "--seed"
@@ -625,4 +629,5 @@ def test_joint_options_are_checked_before_the_window_is_read(files, capsys, tmp_
     missing = str(tmp_path / "nowhere.npz")
     _bad(capsys, ["plan", missing, "--solver", "joint", "--option", "zz=1"],
          "options: unknown option(s) ['zz'] for solver joint; known: num_rows, symmetry, workers")
-    _bad(capsys, ["plan", missing, "--solver", "joint", "--option", "symmetry=maybe"], "symmetry: must be true or false")
+    _bad(capsys, ["plan", missing, "--solver", "joint", "--option", "symmetry=maybe"],
+         "symmetry: must be true or false")

@@ -445,7 +445,8 @@ def test_no_progress_callback_below_info(silenced, caplog, monkeypatch):
 
     made = []
     monkeypatch.setattr(cpsat_model._Progress, "__init__",
-                        lambda self, *a, **k: made.append(a) or cpsat_model.cp_model.CpSolverSolutionCallback.__init__(self))
+                        lambda self, *a, **k: (made.append(a)
+                                               or cpsat_model.cp_model.CpSolverSolutionCallback.__init__(self)))
     inst = make_window(7, D=2, G=2, C=80, seed=1)
     with caplog.at_level(logging.INFO, logger="rp_opt"), caplog.at_level(logging.WARNING, logger=silenced):
         solve_packing(inst, Placement.identity(2, 4, 2), 2, objective="sync", time_limit=30)
@@ -651,7 +652,8 @@ def test_level_keys_detect_implied_levels():
     assert level_key(get_objective("shard").levels[0], 3, 1) == keys[0]
     inst = make_window(6, D=2, G=1, seed=4)
     res = solve_packing(inst, Placement.identity(2, 4, 2), 2, objective="sync", time_limit=20)
-    assert res.status == "optimal" and res.stats["levels"][1]["implied"] and res.stats["levels"][1]["same_as_level"] == 0
+    assert (res.status == "optimal" and res.stats["levels"][1]["implied"]
+            and res.stats["levels"][1]["same_as_level"] == 0)
     assert res.stats["levels"][1]["status"] == res.stats["levels"][0]["status"] == "optimal"
     assert_lex_close(res.score, brute_force(inst, Placement.identity(2, 4, 2), 2, "sync"))
 

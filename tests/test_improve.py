@@ -162,7 +162,8 @@ def test_block_pair_best_move_is_the_exhaustive_best(objective):
         for i in I:
             for j in J:
                 ci, cj = cell_of[i], cell_of[j]
-                if tokens[ci] - lengths[i] + lengths[j] <= inst.cluster.capacity >= tokens[cj] - lengths[j] + lengths[i]:
+                if (tokens[ci] - lengths[i] + lengths[j] <= inst.cluster.capacity
+                        >= tokens[cj] - lengths[j] + lengths[i]):
                     new = cell_of.copy()
                     new[i], new[j] = cj, ci
                     changes.append(change(new))

@@ -60,7 +60,8 @@ BAD_CASES = {
     "E not divisible by P": (dict(meta=_meta(ep=3)), "cluster.ep: P=3 does not divide E=4"),
     "D not divisible by G": (dict(meta=_meta(dp=3, edp=2)), "cluster.edp: G=2 does not divide D=3"),
     "bad format": (dict(meta=_meta(format="other")), "meta.format: must be 'rp-opt-window/1', got 'other'"),
-    "negative attn_work": (dict(attn_work=np.array([1.0, -2.0, 3.0, 4.0])), "attn_work: sample 1 has negative work -2.0"),
+    "negative attn_work": (dict(attn_work=np.array([1.0, -2.0, 3.0, 4.0])),
+                           "attn_work: sample 1 has negative work -2.0"),
     "non-positive dp": (dict(meta=_meta(dp=0)), "cluster.dp: must be an integer >= 1, got 0"),
     "top_k too big": (dict(meta=_meta(top_k=9)), "top_k: 9 exceeds the 4 experts"),
     "top_k not a number": (dict(meta=_meta(top_k="a")), "top_k: must be an integer >= 1, got 'a'"),
@@ -69,9 +70,11 @@ BAD_CASES = {
     "layer routes more than k T": (dict(demand=_demand(0, 1, slice(0, 3), 7)),
                                    "demand: sample 0, layer 1 routes 22 tokens, more than top_k x T = 2 x 10 = 20"),
     "alpha not a number": (dict(meta=_meta(cost={"stages": [{"name": "lin", "layers": 2, "alpha": "a", "beta": 0.0}],
-                                                 "gamma": 0.5})), "cost.stages[lin].alpha: must be a finite number >= 0, got 'a'"),
+                                                 "gamma": 0.5})),
+                           "cost.stages[lin].alpha: must be a finite number >= 0, got 'a'"),
     "gamma not a number": (dict(meta=_meta(cost={"stages": [{"name": "lin", "layers": 2, "alpha": 1.0, "beta": 0.0}],
-                                                 "gamma": None})), "cost.gamma: must be a finite number >= 0, got None"),
+                                                 "gamma": None})),
+                           "cost.gamma: must be a finite number >= 0, got None"),
     "object array": (dict(lengths=np.array([10, "x", 30, 40], dtype=object)),
                      "lengths: array in"),
     # overflowed the row certifier's int64 bounds (a traceback from plan and certify)
@@ -252,7 +255,8 @@ def test_plan_placement_rank_must_be_an_integer(tmp_path, capsys, rank, shown):
         load_plan(tmp_path / "p.json", instance)
     assert str(info.value) == f"placement[1][2]: must be an integer rank, got {shown}"
     w, p = str(tmp_path / "w.npz"), str(tmp_path / "p.json")
-    for argv in (["show", w, "--plan", p], ["plan", w, "--warm-start", p], ["place", w, "--method", "lpt", "--current", p]):
+    for argv in (["show", w, "--plan", p], ["plan", w, "--warm-start", p],
+                 ["place", w, "--method", "lpt", "--current", p]):
         assert main(argv + ["--json"]) == 2
         captured = capsys.readouterr()
         assert captured.err.strip() == f"error: {info.value}"
@@ -284,7 +288,8 @@ def test_plan_optional_fields_checked(tmp_path, capsys, key, value, message):
     with pytest.raises(InputError) as info:
         load_plan(p, instance)
     assert str(info.value) == message
-    for argv in (["show", w, "--plan", p], ["plan", w, "--warm-start", p], ["export", w, p, "-o", str(tmp_path / "ex")]):
+    for argv in (["show", w, "--plan", p], ["plan", w, "--warm-start", p],
+                 ["export", w, p, "-o", str(tmp_path / "ex")]):
         assert main(argv) == 2
         assert capsys.readouterr().err.strip() == f"error: {message}"
 

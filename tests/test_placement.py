@@ -206,7 +206,8 @@ def test_exact_aggregate_equals_brute_force(num_experts, num_ranks, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("num_experts,num_ranks,tolerance", [(6, 2, 0.0), (8, 2, 0.1), (9, 3, 0.0), (9, 3, 0.15), (10, 5, 0.0)])
+@pytest.mark.parametrize("num_experts,num_ranks,tolerance", [(6, 2, 0.0), (8, 2, 0.1), (9, 3, 0.0), (9, 3, 0.15),
+                                                             (10, 5, 0.0)])
 def test_exact_migration_equals_brute_force(num_experts, num_ranks, tolerance, backend):
     """Fewest experts leaving their current rank among placements with max load <=
     (1 + tol) * optimum: the model's answer equals enumeration over labelled placements."""

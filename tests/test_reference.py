@@ -81,7 +81,8 @@ def test_planned_step_equals_unplanned_step(recorded):
     model.materialise(arrays["log2phy"])
     # the slots really changed where the placement moved experts (the test is not vacuous)
     moved = {(t.layer, t.expert) for t in step.migration.transfers}
-    changed = {(l, e) for l, e in zip(*np.nonzero(arrays["log2phy"] // (EXPERTS // 2) != np.arange(EXPERTS) // (EXPERTS // 2)))}
+    changed = {(l, e) for l, e in zip(*np.nonzero(arrays["log2phy"] // (EXPERTS // 2)
+                                                  != np.arange(EXPERTS) // (EXPERTS // 2)))}
     assert moved == changed
     assert len(step.layout.to_rows()) == step.num_rows and step.num_rows < N // 2
 

@@ -8,7 +8,8 @@ from hypothesis import given, settings, strategies as st
 
 from rp_opt import InputError
 from rp_opt import replay as rp
-from rp_opt.replay import Replay, demand_from_counts, demand_from_padded, demand_from_samples, lengths_from_routing, replay
+from rp_opt.replay import (Replay, demand_from_counts, demand_from_padded, demand_from_samples, lengths_from_routing,
+                           replay)
 
 
 def hand_routing():
@@ -91,8 +92,10 @@ def test_a_replay_keeps_its_arrays_apart_from_the_callers():
 
 
 @pytest.mark.parametrize("bad, message", [
-    (lambda r: [r[0], np.where(r[1] == 3, 4, r[1])], r"^routing\[1\]: expert id 4 at token 0 layer 0 is outside \[0, 4\)$"),
-    (lambda r: [np.where(r[0] == 2, -1, r[0]), r[1]], r"^routing\[0\]: expert id -1 at token 0 layer 1 is outside \[0, 4\)$"),
+    (lambda r: [r[0], np.where(r[1] == 3, 4, r[1])],
+     r"^routing\[1\]: expert id 4 at token 0 layer 0 is outside \[0, 4\)$"),
+    (lambda r: [np.where(r[0] == 2, -1, r[0]), r[1]],
+     r"^routing\[0\]: expert id -1 at token 0 layer 1 is outside \[0, 4\)$"),
     (lambda r: [r[0], r[1][:, :1]], r"^routing\[1\]: has 1 layers, expected L=2$"),
     (lambda r: [r[0], r[1][:, :, :1]], r"^routing\[1\]: has k=1 experts per token, expected k=2$"),
     (lambda r: [r[0], r[1][:0]], r"^routing\[1\]: has no tokens"),
@@ -254,7 +257,8 @@ def test_lengths_from_routing_per_sample_input_errors():
         lengths_from_routing([routing[0], 5])
     with pytest.raises(InputError, match=r"^routing\[0\]: cannot be read as an array \(ValueError: "):
         lengths_from_routing([[[[0, 1]], [[0]]]])
-    with pytest.raises(InputError, match=r"^routing: lengths need per-sample arrays or a padded batch, got shape \(2, 3\)$"):
+    with pytest.raises(InputError,
+                       match=r"^routing: lengths need per-sample arrays or a padded batch, got shape \(2, 3\)$"):
         lengths_from_routing(np.zeros((2, 3)))
 
 

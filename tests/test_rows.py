@@ -28,7 +28,8 @@ def _bpplib_root() -> str:
     vendored in tests/data/bpplib (so a clean clone runs the check too)."""
     here = os.path.dirname(os.path.abspath(__file__))
     shared = os.path.join(os.path.dirname(here), "..", "shared", "bpplib")
-    return os.environ.get("RP_OPT_BPPLIB") or (shared if os.path.isdir(shared) else os.path.join(here, "data", "bpplib"))
+    return os.environ.get("RP_OPT_BPPLIB") or (shared if os.path.isdir(shared)
+                                               else os.path.join(here, "data", "bpplib"))
 
 
 BPPLIB = _bpplib_root()
@@ -227,7 +228,8 @@ def test_paths_decompose_the_lp_flow():
     covered = sum(v * counts for counts, v in rounding.paths(graph, flow))
     per_size = np.bincount(graph.arc_type, weights=flow[: graph.arc_tail.size], minlength=graph.sizes.size)
     assert np.allclose(covered, per_size, atol=1e-6)
-    assert np.isclose(sum(v for _, v in rounding.paths(graph, flow)), flow[: graph.arc_tail.size][graph.arc_tail == 0].sum())
+    assert np.isclose(sum(v for _, v in rounding.paths(graph, flow)),
+                      flow[: graph.arc_tail.size][graph.arc_tail == 0].sum())
 
 
 def _triplets(seed: int, count: int = 30) -> np.ndarray:

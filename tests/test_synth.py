@@ -22,7 +22,8 @@ def test_deterministic_and_valid():
     assert np.all(w.demand.sum(axis=2, dtype=np.int64) == w.top_k * w.lengths[:, None])
 
 
-@pytest.mark.parametrize("skew, experts, top_k", [(1.0, 32, 8), (10.0, 32, 8), (3.0, 16, 15), (1.0, 4, 4), (50.0, 8, 1)])
+@pytest.mark.parametrize("skew, experts, top_k", [(1.0, 32, 8), (10.0, 32, 8), (3.0, 16, 15), (1.0, 4, 4),
+                                                  (50.0, 8, 1)])
 def test_full_routing_under_skew(skew, experts, top_k):
     """Every sample-layer routes exactly k T_i tokens, at most T_i per expert, also when the
     skew wants most tokens on a few experts (QA item 5: clipping used to drop up to 26 %)."""
@@ -108,7 +109,8 @@ BAD_GENERATE = [
 ]
 
 
-@pytest.mark.parametrize("change, message", BAD_GENERATE, ids=[m.split(":")[0] + str(i) for i, (_, m) in enumerate(BAD_GENERATE)])
+@pytest.mark.parametrize("change, message", BAD_GENERATE,
+                         ids=[m.split(":")[0] + str(i) for i, (_, m) in enumerate(BAD_GENERATE)])
 def test_generate_rejects_bad_input(change, message):
     """QA items 3 and 15: one-line errors naming the parameter and value, before any work
     (a huge N is refused by its memory estimate, not by numpy's ArrayMemoryError)."""

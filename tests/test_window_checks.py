@@ -40,7 +40,8 @@ def test_expert_above_sample_length(demand_at, value, message):
 def test_layer_above_k_times_length():
     demand = np.zeros((2, 2, 4), dtype=np.uint16)
     demand[1, 1] = [20, 20, 1, 0]  # 41 > 2 x 20, every count <= 20
-    with pytest.raises(InputError, match=r"^demand: sample 1, layer 1 routes 41 tokens, more than top_k x T = 2 x 20 = 40$"):
+    with pytest.raises(InputError,
+                       match=r"^demand: sample 1, layer 1 routes 41 tokens, more than top_k x T = 2 x 20 = 40$"):
         _window(demand).check_routing()
 
 
@@ -131,7 +132,8 @@ def test_cluster_capacity_beyond_the_file_limit_refused():
     from rp_opt.window import MAX_CAPACITY
 
     assert Cluster(1, 1, 1, MAX_CAPACITY).capacity == 2**31 - 1
-    with pytest.raises(InputError, match=r"^cluster.capacity: must be at most 2147483647 tokens, got 9223372036854775808$"):
+    with pytest.raises(InputError,
+                       match=r"^cluster.capacity: must be at most 2147483647 tokens, got 9223372036854775808$"):
         Cluster(1, 1, 1, 2**63)
 
 

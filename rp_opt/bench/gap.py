@@ -46,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser, default_suite: str = "small")
     parser.add_argument("--time-limit", type=float, default=10.0, help="seconds per solver run")
     parser.add_argument("--objective", default="sync")
     parser.add_argument("--workers", type=int, default=1, help="local processes")
-    parser.add_argument("--threads", type=int, default=1, help="threads per solver run (CP-SAT workers, annealing processes)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="threads per solver run (CP-SAT workers, annealing processes)")
     parser.add_argument("--ray", metavar="ADDRESS", default=None, help="run on Ray ('local' or a cluster address)")
     parser.add_argument("--limit", type=int, default=None,
                         help="only the first LIMIT instances of the suite (>= 0; 0 means all, the default)")

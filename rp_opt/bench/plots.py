@@ -66,7 +66,8 @@ def load_heatmap(instance, plans: dict, path: str, layer: int | None = None, tit
         ax.set_ylabel("row x shard (r, g)")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.yaxis.get_major_locator().set_params(integer=True)
-    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="tokens" + (" (max over layers)" if layer is None else f" (layer {layer})"))
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8,
+                 label="tokens" + (" (max over layers)" if layer is None else f" (layer {layer})"))
     if title:
         fig.suptitle(title, fontsize=10, y=1.04)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

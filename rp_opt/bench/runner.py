@@ -183,7 +183,8 @@ def run_task(task: Task) -> dict:
     stats = result.stats or {}
     levels = stats.get("levels") or []
     record.update(
-        status=result.status, seconds=result.seconds, interrupted=bool(stats.get("interrupted")), bound=result.bound, gap=result.gap,
+        status=result.status, seconds=result.seconds, interrupted=bool(stats.get("interrupted")),
+        bound=result.bound, gap=result.gap,
         score=result.score[0] if result.score else None, score_levels=[float(x) for x in result.score],
         num_rows=result.plan.num_rows if result.plan else None,
         # proven by the solver's search (exact's first level), its status, or its own bound
@@ -275,7 +276,8 @@ def _ray_run(tasks: list[Task], address: str, workers: int, on_record) -> list[d
                 ray.init(address=address, log_to_driver=False)
         except (ValueError, ConnectionError, RuntimeError, TimeoutError) as exc:
             reason = " ".join(str(exc).split())[:200]
-            raise InputError("--ray", f"cannot start or reach Ray at {address!r} ({type(exc).__name__}: {reason})") from None
+            raise InputError("--ray", f"cannot start or reach Ray at {address!r} "
+                                      f"({type(exc).__name__}: {reason})") from None
     out, arrived = _filing(len(tasks), on_record)
 
     refs = {}

@@ -70,7 +70,8 @@ def check_cost_range(instance: Instance, field: str) -> None:
     cost, window = instance.cost, instance.window
     named = [(f"cost.stages[{s.name}].{key}", getattr(s, key)) for s in cost.stages for key in ("alpha", "beta")]
     for name, value in named + [("cost.gamma", cost.gamma)]:
-        require(value == 0 or value >= MIN_COEFFICIENT, field, f"{name}: must be 0 or >= {MIN_COEFFICIENT:g}, got {value!r}")
+        require(value == 0 or value >= MIN_COEFFICIENT, field,
+                f"{name}: must be 0 or >= {MIN_COEFFICIENT:g}, got {value!r}")
     tokens = float(window.lengths.sum())
     with np.errstate(over="ignore", invalid="ignore"):
         total = float(np.sum(cost.layers * (cost.alpha * tokens + cost.beta * float(np.sum(window.attn_work))))

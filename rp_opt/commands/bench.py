@@ -44,7 +44,8 @@ def seeds_arg(text: str) -> str:
         try:
             seed_arg(item)
         except argparse.ArgumentTypeError:
-            raise argparse.ArgumentTypeError(f"must be comma-separated integers in [0, 2147483647], got {text!r}") from None
+            raise argparse.ArgumentTypeError("must be comma-separated integers in [0, 2147483647], "
+                                             f"got {text!r}") from None
     return ",".join(items)
 
 

@@ -76,7 +76,8 @@ def run(args) -> int:
             emit_json(data)
         else:
             print(table(["file", "items", "C", "bins", "lower", "upper", "status", "bound", "seconds"],
-                        [[os.path.basename(args.bpp), data["items"], capacity, cert.r_star if cert.r_star is not None else "-",
+                        [[os.path.basename(args.bpp), data["items"], capacity,
+                          cert.r_star if cert.r_star is not None else "-",
                           cert.bins_lower, cert.bins_upper, cert.status, cert.bound_method, round(cert.seconds, 3)]]))
             _interrupted_note(cert)
             _witness_note(data, args.output, f"{cert.bins_upper} bins")
@@ -93,8 +94,8 @@ def run(args) -> int:
     # model, T_i <= C): certify answers for windows the planners accept, never for broken ones
     instance, _ = open_instance(args.file)
     lengths, cluster = instance.window.lengths, instance.cluster
-    cert = certify_bins(lengths, cluster.capacity, cluster.dp, cluster.max_samples_per_cell, args.time_limit, args.exact,
-                        on_interrupt="return")
+    cert = certify_bins(lengths, cluster.capacity, cluster.dp, cluster.max_samples_per_cell, args.time_limit,
+                        args.exact, on_interrupt="return")
     data = cert.to_dict()
     data.update(file=args.file, samples=int(lengths.size), dp=cluster.dp, capacity=cluster.capacity,
                 max_samples_per_cell=cluster.max_samples_per_cell, interrupted=bool(cert.stats.get("interrupted")))

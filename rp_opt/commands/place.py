@@ -68,8 +68,8 @@ def register(sub) -> None:
                    help="exact: relative gap to stop at, in [0, 1) (default 1e-3); a layer solved within it "
                         "counts as optimal")
     p.add_argument("--tolerance", type=number_arg(0), default=None,
-                   help=f"migration: allowed relative excess of the max rank load, finite, >= 0 and <= {MAX_TOLERANCE:g} "
-                        "(default 0)")
+                   help="migration: allowed relative excess of the max rank load, finite, >= 0 and "
+                        f"<= {MAX_TOLERANCE:g} (default 0)")
     p.add_argument("--backend", choices=("highs", "cpsat"), default=None, help="exact: solver (default highs)")
     p.add_argument("--expert-bytes", type=_expert_bytes_arg, default=None,
                    help=f"bytes of one expert, an integer in [0, {MAX_EXPERT_BYTES}] (default: from the instance's "

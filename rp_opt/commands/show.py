@@ -71,7 +71,8 @@ def run(args) -> int:
     print("lengths: " + ", ".join(f"{k} {v:.0f}" for k, v in info["lengths"].items()) + f"; {info['tokens']} tokens")
     print("identity placement, per-layer max/mean rank load: "
           + ", ".join(f"{k} {v:.2f}" for k, v in info["identity_max_over_mean"].items()))
-    print(table(["stage", "layers", "alpha", "beta"], [[s.name, s.layers, s.alpha, s.beta] for s in instance.cost.stages]))
+    print(table(["stage", "layers", "alpha", "beta"],
+                [[s.name, s.layers, s.alpha, s.beta] for s in instance.cost.stages]))
     print(f"gamma {instance.cost.gamma:.6g}")
     if rows is not None:
         if not report.valid:  # first, where it cannot be missed (eval prints the same lines)

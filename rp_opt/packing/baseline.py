@@ -246,5 +246,6 @@ def _baseline_solver(placement_rule: str, packing_rule: str):
 
 
 register_solver("baseline", "identity placement + ffd packing (what AReaL runs)")(_baseline_solver("identity", "ffd"))
-register_solver("kk", "identity placement + Karmarkar-Karp workload packing (what verl runs)")(_baseline_solver("identity", "kk"))
+register_solver("kk", "identity placement + Karmarkar-Karp workload packing (what verl runs)")(
+    _baseline_solver("identity", "kk"))
 register_solver("lpt-ffd", "LPT placement + ffd packing")(_baseline_solver("lpt", "ffd"))

@@ -679,7 +679,8 @@ def search_layout(problem: Problem, start: np.ndarray, *, deadline: float | None
                     st = SearchStats()
                     began = time.perf_counter()
                     while time.perf_counter() < end - 0.02 and (budget is None or st.evaluations < budget):
-                        per_round = None if budget is None else min(budget - st.evaluations, round_evaluations * workers)
+                        per_round = None if budget is None else min(budget - st.evaluations,
+                                                                    round_evaluations * workers)
                         before = st.improvements
                         # evaluation-bounded rounds take no wall-clock cut, so that a seed and a
                         # worker count give the same layout however loaded the machine is

@@ -111,7 +111,8 @@ def make_problem(instance: Instance, demand_by_rank: np.ndarray, num_rows: int, 
     window, cluster, cost = instance.window, instance.cluster, instance.cost
     if demand_by_rank.ndim == 2:
         # already rank-major flat [N, P*L] int32 (:func:`rp_opt.cost.rank_demand_major`)
-        n, num_layers, num_ranks = demand_by_rank.shape[0], window.num_layers, demand_by_rank.shape[1] // window.num_layers
+        n, num_layers, num_ranks = (demand_by_rank.shape[0], window.num_layers,
+                                    demand_by_rank.shape[1] // window.num_layers)
         flat = np.ascontiguousarray(demand_by_rank, dtype=np.int32)
     else:
         n, num_layers, num_ranks = demand_by_rank.shape
@@ -201,7 +202,8 @@ def load_layouts(problem: Problem, state: State, replicas, layouts) -> None:
         sums = np.add.reduceat(problem.demand[order].astype(np.int64), np.minimum(starts, order.size - 1), axis=0)
         loads[filled] = sums[filled]
         state.loads[k] = loads
-        state.expert[k] = problem.gamma * loads.reshape(problem.num_pairs, problem.num_ranks, -1).max(axis=1).sum(axis=1)
+        state.expert[k] = (problem.gamma
+                           * loads.reshape(problem.num_pairs, problem.num_ranks, -1).max(axis=1).sum(axis=1))
         t = state.tokens[k][problem.cells_of_pair]
         q = state.qwork[k][problem.cells_of_pair]
         per_stage = problem.alpha[:, None, None] * t[None] + problem.beta[:, None, None] * q[None]

@@ -498,8 +498,10 @@ class PlacementResult:
 
 def cell_loads(window: Window, layout: Layout, num_shards: int, layer: int) -> np.ndarray:
     """[R*G, E]: tokens each (row, shard) group sends to each expert at ``layer``."""
-    require(layout.cell_of.size == window.num_samples, "layout", f"places {layout.cell_of.size} samples, the window has N={window.num_samples}")
-    require(layout.num_slots % num_shards == 0, "layout", f"G={num_shards} does not divide its D={layout.num_slots} slots")
+    require(layout.cell_of.size == window.num_samples, "layout",
+            f"places {layout.cell_of.size} samples, the window has N={window.num_samples}")
+    require(layout.num_slots % num_shards == 0, "layout",
+            f"G={num_shards} does not divide its D={layout.num_slots} slots")
     group = layout.row_of * num_shards + layout.slot_of // (layout.num_slots // num_shards)
     out = np.zeros((layout.num_rows * num_shards, window.num_experts), dtype=np.int64)
     # samples sorted by group, each group's rows summed at once (np.add.at took 1.2 s for
@@ -570,13 +572,15 @@ def exact_placement(data, num_ranks: int | None = None, objective="aggregate", *
         require(layout is not None, "layout", f"the {obj.name!r} objective needs a layout")
     if current is not None:
         require(current.ranks.shape == load.shape and current.num_ranks == num_ranks, "current",
-                f"placement {current.ranks.shape} on P={current.num_ranks} does not match (L, E) = {load.shape}, P={num_ranks}")
+                f"placement {current.ranks.shape} on P={current.num_ranks} does not match "
+                f"(L, E) = {load.shape}, P={num_ranks}")
     time_limit = number("time_limit", time_limit, above=0, none=True, hint="seconds; None: no limit")
     total_time_limit = number("total_time_limit", total_time_limit, above=0, none=True,
                               hint="seconds; None: time_limit per layer only")
     start = time.perf_counter()  # the warm starts count against total_time_limit too
     if warm_start is not None:
-        require(warm_start.ranks.shape == load.shape, "warm_start", f"shape {warm_start.ranks.shape} does not match {load.shape}")
+        require(warm_start.ranks.shape == load.shape, "warm_start",
+                f"shape {warm_start.ranks.shape} does not match {load.shape}")
         warm = warm_start.ranks
     else:
         warm = local_search_ranks(load, lpt_ranks(load, num_ranks), num_ranks)

@@ -54,7 +54,8 @@ class LayerProblem:
     def __post_init__(self):
         num_ranks = integer("num_ranks", self.num_ranks, low=1)  # 0 divided E by zero
         load = np.asarray(self.load)
-        require(load.ndim == 1 and load.size % num_ranks == 0, "load", f"must be [E] with P={num_ranks} dividing E, got shape {load.shape}")
+        require(load.ndim == 1 and load.size % num_ranks == 0, "load",
+                f"must be [E] with P={num_ranks} dividing E, got shape {load.shape}")
         object.__setattr__(self, "num_ranks", num_ranks)
         object.__setattr__(self, "load", load)
         if self.current is not None:
@@ -145,7 +146,8 @@ def get_placement_objective(name) -> PlacementObjective:
     try:
         return _OBJECTIVES[name]
     except KeyError:
-        raise InputError("objective", f"unknown placement objective {name!r}; known: {', '.join(placement_objective_names())}") from None
+        raise InputError("objective", f"unknown placement objective {name!r}; "
+                                      f"known: {', '.join(placement_objective_names())}") from None
 
 
 def placement_objective_names() -> list[str]:

@@ -30,9 +30,12 @@ class MoELayer(nn.Module):
         scale = hidden ** -0.5
         self.router = nn.Parameter(torch.randn(hidden, num_experts, generator=generator, dtype=torch.float64) * scale)
         # physical slot s holds the weights of logical expert phy2log[s]; identity at start
-        self.w_gate = nn.Parameter(torch.randn(num_experts, hidden, ffn, generator=generator, dtype=torch.float64) * scale)
-        self.w_up = nn.Parameter(torch.randn(num_experts, hidden, ffn, generator=generator, dtype=torch.float64) * scale)
-        self.w_down = nn.Parameter(torch.randn(num_experts, ffn, hidden, generator=generator, dtype=torch.float64) * ffn ** -0.5)
+        self.w_gate = nn.Parameter(torch.randn(num_experts, hidden, ffn, generator=generator,
+                                               dtype=torch.float64) * scale)
+        self.w_up = nn.Parameter(torch.randn(num_experts, hidden, ffn, generator=generator,
+                                             dtype=torch.float64) * scale)
+        self.w_down = nn.Parameter(torch.randn(num_experts, ffn, hidden, generator=generator,
+                                               dtype=torch.float64) * ffn ** -0.5)
         self.register_buffer("log2phy", torch.arange(num_experts))
 
     def forward(self, x: torch.Tensor, replay: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -301,7 +301,8 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
     require(on_interrupt in ("raise", "return"), "on_interrupt", f"must be raise or return, got {on_interrupt!r}")
     n = int(lengths.size)
 
-    def done(status, r_star, lower_rows, upper_rows, method, witness, bins_lo, bins_hi, reason=None, fix=None, stats=None):
+    def done(status, r_star, lower_rows, upper_rows, method, witness, bins_lo, bins_hi, reason=None, fix=None,
+             stats=None):
         return RowCertificate(status, r_star, lower_rows, upper_rows, method, witness, bins_lo, bins_hi,
                               time.perf_counter() - start, reason, fix, stats or {})
 
@@ -496,7 +497,8 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
                 break                                        # diving used the time: no exact model past the deadline
             if graph is not None and exact == "highs":
                 res = arcflow.solve_mip(pruned, lengths, left, min_bins=s.lower, max_bins=target, hint=hint)
-                s.stats.setdefault("arcflow_mip", []).append({"target": target, "status": res.status, "seconds": res.seconds})
+                s.stats.setdefault("arcflow_mip", []).append({"target": target, "status": res.status,
+                                                              "seconds": res.seconds})
                 s.offer(res.bin_of, "arc-flow MIP")
                 if res.bound > s.lower:
                     s.stats["exact_search_by"] = "HiGHS MIP"
@@ -516,7 +518,8 @@ def certify_bins(lengths, capacity: int, num_slots: int = 1, max_items: int | No
                     if left <= 0:
                         break
                 res = arcflow.cpsat_decide(pruned, lengths, target, left, hint=hint)
-                s.stats.setdefault("arcflow_cpsat", []).append({"target": target, "status": res.status, "seconds": res.seconds})
+                s.stats.setdefault("arcflow_cpsat", []).append({"target": target, "status": res.status,
+                                                                "seconds": res.seconds})
             elif n * target <= CPSAT_MAX_VARS and exact in ("auto", "cpsat"):
                 res = cpsat.fits_in_bins(lengths, c, target, m, left, hint=s.packing)
                 s.stats.setdefault("cpsat", []).append({"target": target, "status": res.status, "seconds": res.seconds})

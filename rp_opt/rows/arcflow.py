@@ -228,7 +228,8 @@ def pass_model(h: highspy.Highs, graph: ArcFlowGraph, integral: bool, min_bins: 
             col_upper[cols_loss] = np.minimum(col_upper[cols_loss], float(max_bins))
     inf = highspy.kHighsInf
     lower = np.concatenate([np.zeros(num_nodes - 1), graph.demand.astype(float), [float(min_bins)]])
-    upper = np.concatenate([np.zeros(num_nodes - 1), np.full(k, inf), [inf if not np.isfinite(max_bins) else float(max_bins)]])
+    upper = np.concatenate([np.zeros(num_nodes - 1), np.full(k, inf),
+                            [inf if not np.isfinite(max_bins) else float(max_bins)]])
     kind = highspy.HighsVarType.kInteger if integral else highspy.HighsVarType.kContinuous
     status = h.passModel(num_cols, bins_row + 1, int(matrix.nnz), int(highspy.MatrixFormat.kColwise),
                          int(highspy.ObjSense.kMinimize), 0.0, cost, np.zeros(num_cols), col_upper, lower, upper,

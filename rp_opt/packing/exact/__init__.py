@@ -28,7 +28,8 @@ the start and, through it, CP-SAT's bound. When level 1 is not a sum over rows (
 and R >= 3, G >= 2, a bound on the pooled window (:mod:`.pooled`: the R G blocks as the
 interchangeable rows of one shard, minimising the block mean that bounds level 1) gives a
 bound the model's own does not reach: the set-partitioning LP over blocks by column
-generation (:mod:`.columns`) up to 48 samples, a CP-SAT solve of the pooled model above. With symmetry breaking, the models number the
+generation (:mod:`.columns`) up to 48 samples, a CP-SAT solve of the pooled model above. With
+symmetry breaking, the models number the
 samples heaviest first (:func:`.common.heaviest_first`), so the chains fix where the
 longest samples sit; plans come back in the caller's numbering. CP-SAT
 searches longest sample first, each sample's block before its cell, with the workers
@@ -38,7 +39,8 @@ of their value that the rounding margin counts, :meth:`.cpsat_model.CpsatPacking
 or else levels 1 and 2 as one solve and level 3 the next; with more rows level 1, then the
 later levels as one: :meth:`.cpsat_model.CpsatPacking.solve_groups`); when level 1
 ends unproven, a partial LP relaxation bounds it (:func:`.pyomo_model.relaxation_bound`:
-the costliest samples binary, the rest continuous). Before the heaviest-first numbering it gave most reported bounds; now
+the costliest samples binary, the rest continuous). Before the heaviest-first numbering it
+gave most reported bounds; now
 CP-SAT's own is close or above (N = 24, G = 2, sync: 13977.6 against 13981.6; N = 64,
 G = 2: 36580.3 against 35815.2). Levels that are the same function of J as an earlier one
 for this R and G are not solved again.
@@ -630,7 +632,8 @@ def _solve_packing(instance: Instance, placement: Placement, num_rows: int, obj,
         from .cpsat_model import CpsatPacking
 
         builder = CpsatPacking(data, obj, mode, tighten=tighten, eq4=eq4)
-        stats["scale"] = {"K": builder.scale.K, "att_mult": builder.scale.att_mult, "gamma_int": builder.scale.gamma_int}
+        stats["scale"] = {"K": builder.scale.K, "att_mult": builder.scale.att_mult,
+                          "gamma_int": builder.scale.gamma_int}
         if (polish and start is not None and num_rows == 2 and subsolvers == PROOF and workers is None
                 and rows_separable(obj.levels[0], data.num_shards)):
             seconds = min(POLISH_SHARE * budget.left(), POLISH_SECONDS)
@@ -728,7 +731,8 @@ def _result(instance, placement, obj, out, start, start_score, stats, t0, solver
         stats["reason"] = f"no layout of R={num_rows} rows found within the time limit"
         return Result(NO_SOLUTION, None, (), bound, time.perf_counter() - t0, solver_name, stats)
     all_opt = _all_proven(levels, obj) and not model_broken
-    if (not all_opt and not model_broken and other_bound is not None and plan_score is not None and len(levels) == len(obj.levels)
+    if (not all_opt and not model_broken and other_bound is not None and plan_score is not None
+            and len(levels) == len(obj.levels)
             and all(o.status == "optimal" for o in levels[1:])
             and other_bound >= plan_score[0] - out.rounding[0] - 1e-9 * abs(plan_score[0])):
         # the relaxation (or the pooled window) proves level 1 (within the rounding margin);

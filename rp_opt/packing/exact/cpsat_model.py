@@ -936,7 +936,8 @@ class CpsatPacking:
             if o is None:
                 break
             full.append(o if k in todo else LevelOutcome(o.status, o.value, o.bound, 0.0,
-                                                        {"implied": True, "same_as_level": self.level_keys.index(self.level_keys[k])}))
+                                                        {"implied": True,
+                                                         "same_as_level": self.level_keys.index(self.level_keys[k])}))
         # a level minimised in steps of q units is within q - 1 units of its minimum
         rounding = [err + (q - 1) / unit for (_, unit, err, _), q in zip(self.levels, steps)]
         return SolveOutcome(layout, full, rounding, extra)
