@@ -39,6 +39,18 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a Ctrl-C with --workers > 1 or on Ray: no records to show
+        print("error: interrupted (Ctrl-C); nothing written", file=sys.stderr)
+        return 130
+    meta = result["meta"]
+    if meta["interrupted"]:
+        # the runs done are shown, but a part of the suite is not its benchmark: the files of
+        # --out (docs/bench in the documented command) are not replaced (as rp-opt bench)
+        out, img, args.out, args.img = args.out, args.img, None, None
+        emit(result, args, f"gap_{args.suite}")
+        print(f"error: interrupted (Ctrl-C): {meta['runs']} of {meta['runs_planned']} runs done, the last cut "
+              "short" + ("; nothing written" if out or img else ""), file=sys.stderr)
+        return 130
     emit(result, args, f"gap_{args.suite}")
     # failed runs, plans the checker rejects or scores differently, bounds above a valid
     # plan: a defect, exit 1 (as rp-opt bench)

@@ -31,11 +31,11 @@ from datetime import datetime, timezone
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from rp_opt.bench.gap import machine, read_seeds  # noqa: E402
-from rp_opt.bench.report import add_output_arguments, image_path, print_tables, usable, write_outputs  # noqa: E402
+from rp_opt.bench.gap import check_run_args, machine  # noqa: E402
+from rp_opt.bench.report import (add_output_arguments, check_out_folder, image_path, print_tables,  # noqa: E402
+                                 usable, write_outputs)
 from rp_opt.bench.runner import Task, run_tasks, strip_private  # noqa: E402
-from rp_opt.bench.suites import suite  # noqa: E402
-from rp_opt.errors import InputError, require  # noqa: E402
+from rp_opt.errors import InputError, integer  # noqa: E402
 
 RUNS = (  # label, solver, placement
     ("identity+ffd", "baseline", None),
@@ -133,9 +133,14 @@ def main(argv: list[str] | None = None) -> int:
         args.suite, args.time_limit = "tiny", min(args.time_limit, 1.0)
         args.limit = args.limit or 1
     try:
-        require(args.time_limit > 0, "--time-limit", f"must be > 0, got {args.time_limit}")
-        specs = suite(args.suite, read_seeds(args.seeds))[: args.limit or None]
-    except (InputError, ValueError) as exc:
+        # every argument before the runs (one line, exit 2), and the output folders: a
+        # folder that cannot be written would lose them
+        specs = check_run_args(args)
+        args.exact_max_samples = integer("--exact-max-samples", args.exact_max_samples, low=0)
+        for flag, folder in (("--out", args.out), ("--img", args.img)):
+            if folder:
+                check_out_folder(folder, flag, f"prod_{args.suite}")
+    except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     tasks = []
@@ -147,16 +152,27 @@ def main(argv: list[str] | None = None) -> int:
                               placement=placement, threads=args.threads, label=label,
                               keep_plan=bool(args.out) and spec is specs[0]))
     start = time.perf_counter()
-    records = run_tasks(tasks, workers=args.workers, ray_address=args.ray)
+    try:
+        records = run_tasks(tasks, workers=args.workers, ray_address=args.ray)
+    except InputError as exc:  # Ray that cannot be started or reached
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # a Ctrl-C with --workers > 1 or on Ray: no records to show
+        print("error: interrupted (Ctrl-C); nothing written", file=sys.stderr)
+        return 130
     wall = time.perf_counter() - start
+    # a Ctrl-C run here: the runs done, the last cut short (its plan, if any, is not the
+    # suite's result): shown, never written over --out
+    interrupted = any(rec.get("interrupted") for rec in records)
     for rec, task in zip(records, tasks):
         rec["_spec"] = task.spec
     tables = build_tables(records)
     meta = {"suite": args.suite, "time_limit": args.time_limit, "objective": args.objective,
-            "workers": args.workers, "threads": args.threads, "wall_seconds": wall,
+            "workers": args.workers, "threads": args.threads, "wall_seconds": wall, "interrupted": interrupted,
+            "runs": len(records), "runs_planned": len(tasks),
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
             "command": " ".join(sys.argv)}
-    if args.out:
+    if args.out and not interrupted:
         name = f"prod_{args.suite}"
         write_outputs(args.out, name, tables, {"meta": meta, "records": strip_private(records)},
                       f"Measured {meta['date']} on {meta['machine']}; wall {wall:.0f} s; heuristic/exact "
@@ -167,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
         emit_json({"meta": meta, "records": strip_private(records)})
     else:
         print_tables(tables)
+    if interrupted:
+        print(f"error: interrupted (Ctrl-C): {len(records)} of {len(tasks)} runs done, the last cut short"
+              + ("; nothing written" if args.out or args.img else ""), file=sys.stderr)
+        return 130
     # failed runs, and plans the checker rejects or scores differently (check_agrees)
     bad = [r for r in records
            if r.get("status") == "error" or (r.get("status") in ("optimal", "feasible") and not usable(r))]

@@ -375,6 +375,25 @@ def test_a_bound_for_r_rows_is_no_bound_for_more_rows():
     assert recs[1]["gap_best_pct"] == pytest.approx(100 * -2 / 101)
 
 
+def test_a_bound_above_a_plan_with_more_rows_is_flagged_and_marked():
+    """The heuristic plans at R = 2 (bound 90); kk needs R = 3 and reports a 3-row bound of
+    130 above its own 3-row plan of 120. Only bounds at the instance's R were compared, so
+    the wrong certificate passed (exit 0, a gap of -7.7 %); now it is flagged, and kk's cell
+    in the per-instance table says its plan has other rows."""
+    from rp_opt.bench.report import problems
+
+    recs = [_rec("i", "heuristic", 100.0, 90.0, rows=2), _rec("i", "kk", 120.0, 130.0, rows=3)]
+    info = add_gaps(recs)
+    assert info["i"]["crossed_bounds"] == ["R=3: kk's bound above kk's plan"] and not info["i"]["optimal"]
+    assert problems(recs, info) == ["a reported bound exceeds a valid plan's score on i (a wrong certificate; "
+                                    "see --json)"]
+    fine = [_rec("i", "heuristic", 100.0, 90.0, rows=2), _rec("i", "kk", 120.0, 110.0, rows=3)]
+    headers, rows = per_instance_rows(fine)
+    row = dict(zip(headers, rows[0]))
+    assert row["R"] == 2 and row["kk: gap% (s)"] == "9.09 (1.0) [R=3]" and row["heuristic: gap% (s)"] == "11.11 (1.0)"
+    assert problems(fine, add_gaps(fine)) == []
+
+
 def test_best_solver_breaks_primary_ties_lexicographically():
     """Two plans with primary 100: x's levels (100, 50) and y's (100, 40); y is the best plan
     whatever the order of the records (the old report kept the first one seen)."""
@@ -415,8 +434,11 @@ def test_plots_skip_without_matplotlib(monkeypatch, tmp_path):
     (["--time-limit", "0"], "--time-limit: must be a finite number > 0 (seconds), got 0.0"),
     (["--time-limit", "inf"], "--time-limit: must be a finite number > 0 (seconds), got inf"),
     (["--workers", "0"], "--workers: must be an integer >= 1, got 0"),
-    (["--threads", "0"], "--threads: must be an integer >= 1, got 0"),
-    (["--threads", "-2"], "--threads: must be an integer >= 1, got -2"),
+    (["--threads", "0"], "--threads: must be an integer in [1, 256], got 0"),
+    (["--threads", "-2"], "--threads: must be an integer in [1, 256], got -2"),
+    # (were found by each run: exit 1, every run an error naming the solver's ``workers``)
+    (["--threads", "300"], "--threads: must be an integer in [1, 256], got 300"),
+    (["--objective", "foo"], "--objective: unknown objective 'foo'; known: attention, expert, shard, sync, weighted"),
     (["--limit", "-1"], "--limit: must be an integer >= 0 (instances; 0 means all), got -1"),
     (["--seeds", "1,x"], "--seeds: must be an integer in [0, 2147483647] (each of the comma-separated seeds), got 'x'"),
     (["--seeds", "1,2.5"], "--seeds: must be an integer in [0, 2147483647] (each of the comma-separated seeds), "
@@ -750,3 +772,74 @@ def test_ctrl_c_ends_the_suite_with_the_runs_done(ctrl_c, capsys, tmp_path):
     assert data["records"][0]["interrupted"] is True and data["records"][0]["valid"] is True
     assert data["records"][0]["seconds"] < 3.5
     assert not out.exists() or not any(out.iterdir())
+
+
+_BUILD = InstanceSpec.build   # (the patched one below calls the real one)
+
+
+def _ctrl_c_at_the_second_window(monkeypatch):
+    """A Ctrl-C while the second run builds its window (outside any solver's own Ctrl-C
+    handling): InstanceSpec.build raises KeyboardInterrupt from its second call on."""
+    calls = []
+
+    def interrupted(self):
+        calls.append(self)
+        if len(calls) >= 2:
+            raise KeyboardInterrupt
+        return _BUILD(self)
+
+    monkeypatch.setattr(InstanceSpec, "build", interrupted)
+
+
+def test_ctrl_c_outside_a_solver_keeps_the_runs_done(monkeypatch, capsys):
+    """``rp-opt bench`` lost every finished run when the Ctrl-C came outside a solver (a
+    window being built, a baseline rule): only ``error: interrupted``, no table, no JSON.
+    Now the runs done are kept, the cut run is an ``interrupted`` record, exit 130."""
+    from rp_opt.cli import main
+
+    tasks = [Task(spec, "baseline", time_limit=1.0) for spec in suite("tiny")]
+    _ctrl_c_at_the_second_window(monkeypatch)
+    records = run_tasks(tasks)
+    assert [r["status"] for r in records] == ["feasible", "interrupted"] and records[0]["valid"]
+    assert records[1]["interrupted"] and not records[1]["valid"] and records[1]["instance"] == tasks[1].spec.name
+
+    _ctrl_c_at_the_second_window(monkeypatch)
+    assert main(["bench", "tiny", "--solvers", "baseline,kk", "--json"]) == 130
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["meta"]["interrupted"] and [r["status"] for r in data["records"]] == ["feasible", "interrupted"]
+    assert "error: interrupted (Ctrl-C): 2 of 4 runs done, the last cut short" in captured.err
+
+
+@pytest.mark.parametrize("script, argv", [
+    ("bench_gap", ["--suite", "tiny", "--solvers", "baseline,kk"]),
+    ("bench_prod", ["--quick"]),
+])
+def test_scripts_interrupted_write_nothing_and_exit_130(monkeypatch, capsys, tmp_path, script, argv):
+    """A Ctrl-C during the documented ``--out docs/bench`` runs wrote the part of the suite
+    that ran over the published tables and exited 0; now the runs done are shown, nothing
+    is written, and the exit code is 130 (as rp-opt bench)."""
+    out = tmp_path / "out"
+    _ctrl_c_at_the_second_window(monkeypatch)
+    assert load_script(script).main(argv + ["--out", str(out)]) == 130
+    captured = capsys.readouterr()
+    assert "error: interrupted (Ctrl-C): 2 of" in captured.err and captured.err.rstrip().endswith("nothing written")
+    assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--quick", "--out", "/etc/passwd"], "error: --out: /etc/passwd is not a directory"),
+    (["--quick", "--ray", "foo"], "error: --ray: must be 'local', 'auto' or [ray://]HOST:PORT, got 'foo'"),
+    (["--suite", "tiny", "--limit", "-1"], "error: --limit: must be an integer >= 0 (instances; 0 means all), got -1"),
+    (["--quick", "--threads", "0"], "error: --threads: must be an integer in [1, 256], got 0"),
+    (["--quick", "--objective", "foo"], "error: --objective: unknown objective 'foo'"),
+    (["--quick", "--exact-max-samples", "-3"], "error: --exact-max-samples: must be an integer >= 0, got -3"),
+])
+def test_bench_prod_refuses_bad_arguments_before_any_run(capsys, argv, message):
+    """scripts/bench_prod.py read these only in its runs: a traceback after every run for
+    an --out that is a file, one for a bad --ray, a silently shorter suite for --limit -1,
+    a warning per run and exit 1 for --threads 0 or an unknown objective. Now one line
+    naming the flag, exit 2, before anything runs."""
+    assert load_script("bench_prod").main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1

@@ -11,7 +11,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from ..errors import MAX_SEED, integer, number, require
+from ..errors import MAX_SEED, MAX_WORKERS, InputError, integer, number, require
 from .report import image_path, add_gaps, per_instance_rows, per_solver_rows, print_tables, write_outputs
 from .runner import Task, run_tasks
 from .suites import require_unique, suite
@@ -47,19 +47,44 @@ def add_arguments(parser: argparse.ArgumentParser, default_suite: str = "small")
     parser.add_argument("--objective", default="sync")
     parser.add_argument("--workers", type=int, default=1, help="local processes")
     parser.add_argument("--threads", type=int, default=1,
-                        help="threads per solver run (CP-SAT workers, annealing processes)")
+                        help="threads per solver run (CP-SAT workers, annealing processes), in [1, 256]")
     parser.add_argument("--ray", metavar="ADDRESS", default=None, help="run on Ray ('local' or a cluster address)")
     parser.add_argument("--limit", type=int, default=None,
                         help="only the first LIMIT instances of the suite (>= 0; 0 means all, the default)")
 
 
+def check_run_args(args) -> list:
+    """The suite's instance specs of ``args`` (``--suite``, ``--seeds``, ``--limit``), after
+    checking the arguments every benchmark script shares; a bad one is a one-line
+    :class:`~rp_opt.errors.InputError` naming its flag, before anything runs (a run that
+    found it would fail every run alike, exit 1, and name the solver's option instead).
+
+    ``--time-limit`` (seconds > 0), ``--workers`` (>= 1), ``--threads`` (in [1, 256]: what
+    every solver takes) and ``--limit`` (>= 0 or None; 0 and None mean the whole suite) are
+    stored back in ``args`` as float and ints (a script's parser gives them unchecked);
+    ``--objective`` must be registered and ``--ray`` (when given) an address."""
+    from ..objectives import get_objective
+    from .runner import check_ray_address
+
+    args.time_limit = number("--time-limit", args.time_limit, above=0, hint="seconds")
+    args.workers = integer("--workers", args.workers, low=1)
+    args.threads = integer("--threads", args.threads, low=1, high=MAX_WORKERS)
+    if args.limit is not None:
+        args.limit = integer("--limit", args.limit, low=0, hint="instances; 0 means all")
+    try:
+        get_objective(args.objective)
+    except InputError as exc:
+        raise InputError("--objective", exc.message) from None
+    if args.ray is not None:
+        check_ray_address(args.ray)
+    specs = suite(args.suite, read_seeds(args.seeds))
+    return specs[: args.limit] if args.limit else specs
+
+
 def tasks_from_args(args) -> list[Task]:
     """The tasks of ``args`` (suite x solvers), after checking every argument.
 
-    ``--time-limit``, ``--workers``, ``--threads`` (integers >= 1) and ``--limit`` (an
-    integer >= 0 or None; 0 and None mean the whole suite, as for ``rp-opt bench``) are
-    checked by :mod:`rp_opt.errors` and stored back in ``args`` as float and ints (the
-    script's parser gives them unchecked).
+    The shared arguments are checked by :func:`check_run_args`.
 
     A seed or solver named twice is refused (``--seeds: 3 given twice``): it would run the
     same runs twice, count them twice in the per-solver statistics, and the per-instance
@@ -70,14 +95,7 @@ def tasks_from_args(args) -> list[Task]:
     InputError
         One line naming the first bad argument and its value.
     """
-    args.time_limit = number("--time-limit", args.time_limit, above=0, hint="seconds")
-    args.workers = integer("--workers", args.workers, low=1)
-    args.threads = integer("--threads", args.threads, low=1)
-    if args.limit is not None:
-        args.limit = integer("--limit", args.limit, low=0, hint="instances; 0 means all")
-    specs = suite(args.suite, read_seeds(args.seeds))
-    if args.limit:
-        specs = specs[: args.limit]
+    specs = check_run_args(args)
     solvers = [s.strip() for s in args.solvers.split(",") if s.strip()]
     require(solvers, "--solvers", "names no solver")
     require_unique("--solvers", solvers)
@@ -98,7 +116,7 @@ def run_gap(args, on_record=None) -> dict:
     instances = add_gaps(records)
     tables = {
         f"Per instance ({args.suite}): gap % to the best bound valid for each plan (its rows; its placement "
-        f"when fixed) (seconds)": per_instance_rows(records),
+        f"when fixed) (seconds); [R=n]: a plan with other rows than the instance's R": per_instance_rows(records),
         f"Per solver ({args.suite}): mean ± std over instances": per_solver_rows(records),
         f"Per configuration ({args.suite}): mean ± std over seeds": per_solver_rows(records, by_config=True),
     }

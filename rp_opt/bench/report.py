@@ -135,6 +135,15 @@ def instance_summary(records: list[dict]) -> dict[str, dict]:
                    if placement_best.get(key) is not None and value > placement_best[key] * (1 + REL_TOL)]
         if best is not None and bound is not None and bound > best * (1 + REL_TOL):
             crossed.insert(0, "every placement")
+        # at other row counts (a baseline's rule may need more rows than the fewest): any
+        # bound above a valid plan it applies to (:func:`bound_applies`)
+        for r in planned:
+            if plan_rows(r) == info["rows"]:
+                continue
+            above = [b["solver"] for b in recs if b.get("bound") is not None and bound_applies(b, r)
+                     and b["bound"] > r["score"] * (1 + REL_TOL)]
+            if above:
+                crossed.append(f"R={plan_rows(r)}: {', '.join(above)}'s bound above {r['solver']}'s plan")
         info["bound_above_best"] = bool(crossed)
         info["crossed_bounds"] = crossed
         closed = best is not None and bound is not None and bound >= best * (1 - REL_TOL)
@@ -214,7 +223,10 @@ def _optimal_text(info: dict) -> str:
     return "no"
 
 
-def _cell(rec: dict | None) -> str:
+def _cell(rec: dict | None, rows=None) -> str:
+    """A solver's cell of the per-instance table: gap % (seconds), and ``[R=...]`` when its
+    plan has other rows than the instance's ``rows`` (its gap is then to a bound for its
+    own rows, and its plan is not one of the instance's column)."""
     if rec is None:
         return "-"
     if not usable(rec):
@@ -223,7 +235,8 @@ def _cell(rec: dict | None) -> str:
         return f"{rec.get('status')}"
     gap_text = "-" if rec.get("gap_bound_pct") is None else f"{rec['gap_bound_pct']:.2f}"
     seconds = rec.get("seconds")
-    return gap_text + ("" if seconds is None else f" ({seconds:.1f})")
+    more = f" [R={plan_rows(rec)}]" if rows is not None and plan_rows(rec) != rows else ""
+    return gap_text + ("" if seconds is None else f" ({seconds:.1f})") + more
 
 
 def per_instance_rows(records: list[dict]) -> tuple[list[str], list[list]]:
@@ -240,7 +253,7 @@ def per_instance_rows(records: list[dict]) -> tuple[list[str], list[list]]:
         fixed = ", ".join(f"{p}: {_fmt(float(b))}" for p, b in info["placement_bounds"].items()) or "-"
         row = [name, info["rows"], info["bound"], fixed, _optimal_text(info), info["best"]]
         for s in solvers:
-            row.append(_cell(by.get((name, s))))
+            row.append(_cell(by.get((name, s)), info["rows"]))
         rows.append(row)
     return headers, rows
 

@@ -153,6 +153,13 @@ def error_record(task: Task, exc: BaseException) -> dict:
             "error": f"{type(exc).__name__}: {reason}" if reason else type(exc).__name__}
 
 
+def interrupted_record(task: Task) -> dict:
+    """The record of ``task`` when a Ctrl-C ended it before its solver returned a plan:
+    ``status='interrupted'``, ``interrupted``, ``valid=False``, no score."""
+    return {**_record_head(task), "status": "interrupted", "interrupted": True, "valid": False,
+            "error": "interrupted (Ctrl-C) before the solver returned"}
+
+
 def run_task(task: Task) -> dict:
     """Run one task and return its record (never raises: failures become ``status='error'``)."""
     from ..check import check
@@ -324,7 +331,8 @@ def run_tasks(tasks: list[Task], *, workers: int = 1, ray_address: str | None = 
         One record per task; a run whose worker died (or that could not be sent to one) is
         an error record (:func:`error_record`) instead of an exception that loses them all.
         Run here (``workers`` 1), a Ctrl-C stops the run in progress (the solver returns its
-        best, ``interrupted``) and no further run starts: the records of the runs done.
+        best, ``interrupted``; or, outside a solver's own handling, its
+        :func:`interrupted_record`) and no further run starts: the records of the runs done.
         With processes or Ray, a Ctrl-C raises KeyboardInterrupt.
     """
     tasks = list(tasks)
@@ -333,7 +341,12 @@ def run_tasks(tasks: list[Task], *, workers: int = 1, ray_address: str | None = 
     out, arrived = _filing(len(tasks), on_record)
     if workers <= 1 or len(tasks) <= 1:
         for k, task in enumerate(tasks):
-            arrived(k, run_task(task))
+            try:
+                arrived(k, run_task(task))
+            except KeyboardInterrupt:
+                # a Ctrl-C outside a solver's own handling (building the window, a baseline
+                # rule, the checker): the runs done, and this one as cut short
+                arrived(k, interrupted_record(task))
             if out[k].get("interrupted"):
                 return out[:k + 1]
         return out
