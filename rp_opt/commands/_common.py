@@ -333,7 +333,8 @@ def _fmt(value) -> str:
 
 class Progress:
     """A one-line progress indicator on stderr (only on a terminal, or when forced);
-    otherwise each step is an INFO line of the ``rp_opt.progress`` logger (``rp-opt -v``)."""
+    otherwise each step is an INFO line of the ``rp_opt.progress`` logger on stderr (shown
+    by default; with ``--json`` only under ``-v``)."""
 
     def __init__(self, total: int, label: str, enabled: bool | None = None):
         self.total, self.label, self.done = total, label, 0
