@@ -88,9 +88,17 @@ class Objective:
     description: str = ""
 
     def __post_init__(self):
+        # at least one level, each at least one (coefficient, Aggregate) pair: an empty one
+        # has no value to minimise (solvers raised IndexError or Pyomo's error on it)
+        require(isinstance(self.levels, (tuple, list)) and len(self.levels) > 0, "objective.levels",
+                f"objective {self.name!r} needs at least one level, got {self.levels!r}")
         for i, level in enumerate(self.levels):
-            for j, (coef, _) in enumerate(level):
-                number(f"objective.levels[{i}][{j}]", coef, low=0, hint=f"coefficient in objective {self.name!r}")
+            require(isinstance(level, (tuple, list)) and len(level) > 0, f"objective.levels[{i}]",
+                    f"must be a non-empty tuple of (coefficient, Aggregate) pairs, got {level!r}")
+            for j, pair in enumerate(level):
+                require(isinstance(pair, (tuple, list)) and len(pair) == 2 and isinstance(pair[1], Aggregate),
+                        f"objective.levels[{i}][{j}]", f"must be a (coefficient, Aggregate) pair, got {pair!r}")
+                number(f"objective.levels[{i}][{j}]", pair[0], low=0, hint=f"coefficient in objective {self.name!r}")
 
     def evaluate(self, costs: Costs) -> tuple[float, ...]:
         return tuple(sum(coef * agg.evaluate(costs) for coef, agg in level) for level in self.levels)

@@ -143,11 +143,22 @@ def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed:
     # the better of the two proven bounds (0 is a bound: a window whose plans cost nothing)
     bounds = [b for b in (result.bound, guess.bound) if b is not None]
     bound = max(bounds) if bounds else None
-    if result.plan is None or guess.score < result.score:
-        # the exact model ran out of time without matching the heuristic: keep the heuristic's plan
+    from .packing.exact.common import lex_better   # (loaded with the exact solver above)
+
+    # (by the scores' own floats within 1e-9: the two plans' sums of the same costs differ
+    # in their last bits, and an exact proof was dropped for a one-ulp "better" heuristic)
+    if result.plan is None or lex_better(guess.score, result.score):
+        # the exact model ran out of time without matching the heuristic: keep the heuristic's
+        # plan; where it proved its optimum, a plan that scores below it is optimal too (the
+        # integer model's rounding: the same placement and rows)
         stats["auto_kept"] = "heuristic"
-        return Result(guess.status, guess.plan, guess.score, bound,
-                      time.perf_counter() - started, "auto", stats)
+        status = OPTIMAL if result.plan is not None and result.status == OPTIMAL else guess.status
+        if status == OPTIMAL and "rows_lower_bound" in guess.stats:
+            status = FEASIBLE
+            stats["optimal_for_rows"] = num_rows
+        if bound is not None and status == OPTIMAL:
+            bound = min(bound, guess.score[0])
+        return Result(status, guess.plan, guess.score, bound, time.perf_counter() - started, "auto", stats)
     status = result.status
     if status == OPTIMAL and "rows_lower_bound" in guess.stats:
         # the rows are a witness's, R* was not proven: optimal for R = num_rows only

@@ -143,7 +143,7 @@ def test_solver_input_error_is_not_blamed_on_options(tmp_path, capsys):
     assert main(["plan", window, "--solver", "heuristic", "--time-limit", "1", "--option", "num_rows=5",
                  "--json"]) == 1
     out = _json(capsys)
-    assert out["status"] == "infeasible" and out["stats"]["reason"] == "N=16 < R*D=20: some cell would be empty"
+    assert out["status"] == "infeasible" and out["stats"]["reason"] == "N=16 < R x D = 20 cells: some cell would be empty"
 
 
 def test_unknown_solver_and_objective(capsys):

@@ -48,6 +48,23 @@ def test_objective_weights_must_be_finite_and_non_negative(bad):
     assert "bad" not in objective_names()
 
 
+@pytest.mark.parametrize("levels, field", [
+    ((), "objective.levels"),
+    (((),), "objective.levels[0]"),
+    (((1.0, "max"),), "objective.levels[0][0]"),
+    (((1.0,),), "objective.levels[0][0]"),
+])
+def test_an_objective_needs_a_level_of_coefficient_aggregate_pairs(levels, field):
+    """An objective with no level, an empty level, or a pair that is not (coefficient,
+    Aggregate) was accepted and crashed every solver (IndexError, Pyomo's
+    InvalidConstraintError): one line naming the field now, at construction."""
+    from rp_opt.objectives import Objective
+
+    with pytest.raises(InputError) as info:
+        Objective("odd", levels)
+    assert info.value.field == field and "\n" not in str(info.value)
+
+
 def test_valid_objective_weights_still_score(hand):
     from rp_opt.objectives import Aggregate, Objective
 

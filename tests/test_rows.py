@@ -607,16 +607,16 @@ def test_row_count_reason_names_the_counting_argument():
     hold the first window (a packing into 2 cells exists), so counting says nothing."""
     from rp_opt.rows import row_count_reason
 
-    assert row_count_reason([1] * 8, 1, 9, 10) == "N=8 < R*D=9: some cell would be empty"
+    assert row_count_reason([1] * 8, 1, 9, 10) == "N=8 < R x D = 9 cells: some cell would be empty"
     assert row_count_reason([2, 4, 2, 2, 4], 1, 1, 7) == (
-        "R=1 rows hold R*D=1 cells, but the samples need at least 2 cells of C=7 (L2 bound)")
+        "R=1 rows hold R x D = 1 cells, but the samples need at least 2 cells of C=7 (L2 bound)")
     assert row_count_reason([1] * 8, 1, 2, 10, max_per_cell=3) == (
-        "R=1 rows hold R*D=2 cells, but with at most m=3 samples per cell the N=8 samples need at least 3 cells "
+        "R=1 rows hold R x D = 2 cells, but with at most m=3 samples per cell the N=8 samples need at least 3 cells "
         "(N/m bound)")
     assert row_count_reason([2, 4, 2, 2, 4], 2, 1, 7) is None
     # two 99s and eight 5s in C = 100, m = 3: five cells (each 99 alone), L2 and N/m say 3 and 4
     assert row_count_reason([99, 99] + [5] * 8, 1, 4, 100, max_per_cell=3) == (
-        "R=1 rows hold R*D=4 cells, but counting the samples that fit beside each one, the N=10 samples need at "
+        "R=1 rows hold R x D = 4 cells, but counting the samples that fit beside each one, the N=10 samples need at "
         "least 5 cells of C=100 (item-count bound)")
 
 
@@ -634,7 +634,7 @@ def test_infeasible_reason_names_m_when_the_sample_limit_forces_the_cells():
         assert cert.status == "infeasible"
         assert cert.reason == expected
     assert row_count_reason([10, 20, 30], 1, 2, 100, max_per_cell=1) == (
-        "R=1 rows hold R*D=2 cells, but with at most m=1 samples per cell the N=3 samples need at least 3 cells "
+        "R=1 rows hold R x D = 2 cells, but with at most m=1 samples per cell the N=3 samples need at least 3 cells "
         "(N/m bound)")
     # without the limit the same lengths fit: one row of two cells
     assert certify_bins([10, 20, 30], 100, 2).r_star == 1

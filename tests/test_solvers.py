@@ -99,7 +99,7 @@ def test_more_rows_given_than_samples_fill(solver):
     inst = lengths_window([2, 4, 2, 2, 4], dp=1)
     res = get_solver(solver)(inst, objective="sync", time_limit=2, num_rows=6)
     assert res.status == "infeasible" and res.plan is None
-    assert "N=5 < R*D=6" in res.stats["reason"]
+    assert "N=5 < R x D = 6 cells" in res.stats["reason"]
 
 
 @pytest.mark.parametrize("solver", ["heuristic", "auto"])
@@ -125,7 +125,7 @@ def test_rows_ruled_out_by_a_bin_bound(solver):
     inst = lengths_window([6, 6, 6, 6, 6], dp=4, capacity=10)
     res = get_solver(solver)(inst, objective="sync", time_limit=2, num_rows=1)
     assert res.status == "infeasible" and res.plan is None
-    assert res.stats["reason"] == "R=1 rows hold R*D=4 cells, but the samples need at least 5 cells of C=10 (L2 bound)"
+    assert res.stats["reason"] == "R=1 rows hold R x D = 4 cells, but the samples need at least 5 cells of C=10 (L2 bound)"
 
 
 def test_heuristic_says_r_star_only_when_it_proved_it():

@@ -165,7 +165,7 @@ def empty_cells(num_samples: int, num_rows: int, num_slots: int) -> str | None:
     cells = int(num_rows) * int(num_slots)
     if cells <= num_samples:
         return None
-    return f"N={num_samples} < R*D={cells}: some cell would be empty"
+    return f"N={num_samples} < R x D = {cells} cells: some cell would be empty"
 
 
 def row_count_reason(lengths, num_rows: int, num_slots: int, capacity: int,
@@ -187,7 +187,7 @@ def row_count_reason(lengths, num_rows: int, num_slots: int, capacity: int,
         return empty
     # L2 >= L1 and >= the count of samples above C/2 (its threshold alpha = 0)
     by_lengths, by_limit = l2_bound(lengths, capacity), cardinality_bound(lengths.size, max_per_cell)
-    held = f"R={int(num_rows)} rows hold R*D={cells} cells"
+    held = f"R={int(num_rows)} rows hold R x D = {cells} cells"
     if by_limit > max(by_lengths, cells):
         return (f"{held}, but with at most m={int(max_per_cell)} samples per cell the N={lengths.size} samples "
                 f"need at least {by_limit} cells (N/m bound)")

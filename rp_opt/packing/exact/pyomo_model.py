@@ -27,6 +27,15 @@ silence_banner()  # the banner would go to stdout (see rp_opt._highs)
 log = logging.getLogger("rp_opt")
 
 
+# HiGHS 1.16's MIP restart (presolve again after "x % inactive integer columns,
+# restarting") reported "optimal" at 995.29 with a bound of 995.28 on an 8-sample window
+# whose optimum is 990.11 (CP-SAT and brute force agree; an objective weighting the expert
+# cost 1e-4); without the restart it finds 990.11. The same class of fault is HiGHS issue
+# #2171 (a wrong optimum fixed by mip_allow_restart=false). A proof is worth more here
+# than the restart's speed.
+NO_RESTART = {"mip_allow_restart": False}
+
+
 class PyomoPacking:
     """Same variables and constraints as :class:`~.cpsat_model.CpsatPacking`, in floats."""
 
@@ -154,7 +163,7 @@ class PyomoPacking:
             opt.config.mip_gap = 1e-7
             # no "threads" option: HiGHS 1.16 keeps one global scheduler per process, and a
             # different thread count than the first solve's is refused (status unknown)
-            opt.highs_options = {"random_seed": int(seed), "mip_abs_gap": 1e-9}
+            opt.highs_options = {"random_seed": int(seed), "mip_abs_gap": 1e-9, **NO_RESTART}
             return opt
 
         # HiGHS 1.16 bug (reproduced with highspy alone, see scripts/bench_exact.py
@@ -284,7 +293,7 @@ def relaxation_bound(data: PackingData, objective: Objective, mode: str | None, 
         opt.config.mip_gap = 1e-7
         opt.config.time_limit = left
         # only the dual bound is wanted: no primal heuristics
-        opt.highs_options = {"random_seed": int(seed), "mip_abs_gap": 1e-9, "mip_heuristic_effort": 0.0}
+        opt.highs_options = {"random_seed": int(seed), "mip_abs_gap": 1e-9, "mip_heuristic_effort": 0.0, **NO_RESTART}
         res = solve_pyomo(opt, m)
         tc = res.termination_condition
         bound = res.best_objective_bound
