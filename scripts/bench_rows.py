@@ -36,7 +36,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dp", default="16,32,64,128")
     parser.add_argument("--capacity", type=int, default=32768)
     parser.add_argument("--max-samples-per-cell", type=int, default=None)
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=3,
+                        help="how many seeds per size (0, 1, ...): a count, unlike the gap scripts' list")
     parser.add_argument("--time-limit", type=float, default=10.0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)

@@ -88,9 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     add_output_arguments(parser, "scaling")
     args = parser.parse_args(argv)
     base, sweep = (QUICK_BASE, QUICK_SWEEP) if args.quick else (BASE, SWEEP)
-    params = [p.strip() for p in args.params.split(",") if p.strip() in sweep]
-    if not params:
-        print(f"error: --params: choose from {', '.join(sweep)}", file=sys.stderr)
+    params = [p.strip() for p in args.params.split(",") if p.strip()]
+    unknown = [p for p in params if p not in sweep]
+    if unknown or not params:
+        # an unknown name was dropped without a word (--params N,X swept N alone)
+        got = f"{unknown[0]!r} is not one of them" if unknown else f"got {args.params!r}"
+        print(f"error: --params: choose from {', '.join(sweep)}; {got}", file=sys.stderr)
         return 2
     options = {}
     if args.solver == "heuristic":

@@ -536,6 +536,12 @@ def test_bench_scaling_script(tmp_path, capsys):
     assert all(p["valid"] and p["seconds"] > 0 for p in data["points"])
 
 
+def test_bench_scaling_refuses_an_unknown_parameter(capsys):
+    """``--params N,X`` swept N and dropped X without a word: one line naming it, exit 2."""
+    assert load_script("bench_scaling").main(["--quick", "--in-process", "--params", "N,X"]) == 2
+    assert capsys.readouterr().err == "error: --params: choose from N, L, E, D; 'X' is not one of them\n"
+
+
 def test_bench_refine_script(capsys):
     """scripts/bench_refine.py on a 96-sample window, 1 s per run: both runs checked and
     reported, the refine round's swaps counted."""
