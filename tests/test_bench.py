@@ -537,9 +537,10 @@ def test_bench_scaling_script(tmp_path, capsys):
 
 
 def test_bench_scaling_refuses_an_unknown_parameter(capsys):
-    """``--params N,X`` swept N and dropped X without a word: one line naming it, exit 2."""
+    """``--params N,X`` swept N and dropped X without a word: one line naming it, exit 2
+    (the quick sweep has N and L)."""
     assert load_script("bench_scaling").main(["--quick", "--in-process", "--params", "N,X"]) == 2
-    assert capsys.readouterr().err == "error: --params: choose from N, L, E, D; 'X' is not one of them\n"
+    assert capsys.readouterr().err == "error: --params: choose from N, L; 'X' is not one of them\n"
 
 
 def test_bench_refine_script(capsys):
