@@ -298,3 +298,63 @@ def test_cli_migration_statuses_match_the_library(tmp_path, capsys):
     res = exact_placement(instance, objective="migration", mip_gap=1e-3, time_limit=None, total_time_limit=20,
                           current=Placement.identity(3, 6, 2))
     assert data["aggregate_statuses"] == [st["aggregate"]["status"] for st in res.stats] == ["optimal"] * 3
+
+
+# ------------------------------------------------------------------ 38th session: HiGHS numerics
+def _brute_rows(cell: np.ndarray, num_ranks: int) -> float:
+    """min over every balanced assignment of sum_c max_p W[c, p], in exact integers."""
+    import itertools
+
+    experts = cell.shape[1]
+    best = None
+    for ranks in itertools.product(range(num_ranks), repeat=experts):
+        if np.any(np.bincount(ranks, minlength=num_ranks) != experts // num_ranks):
+            continue
+        totals = [[sum(int(cell[c, e]) for e in range(experts) if ranks[e] == p) for p in range(num_ranks)]
+                  for c in range(cell.shape[0])]
+        value = sum(max(row) for row in totals)
+        best = value if best is None else min(best, value)
+    return best
+
+
+@pytest.mark.parametrize("cell, num_ranks", [
+    # loads of 1e12 plus a few tokens: HiGHS called 6000000000045 optimal (bound ...040), the
+    # optimum is 5000000000052 (a stress helper's seed 90283)
+    (np.array([[5, 10**12 + 9, 6, 8, 10**12 + 2, 10**12 + 1, 10**12 + 3, 2],
+               [5, 10**12 + 6, 10**12, 10**12 + 7, 10**12 + 5, 0, 7, 1],
+               [10**12 + 5, 0, 2, 10**12 + 7, 2, 10**12 + 1, 5, 2],
+               [10**12 + 8, 8, 10**12 + 4, 10**12 + 7, 9, 0, 10**12 + 8, 10**12]]), 4),
+    # loads of 1e9: HiGHS's bound 2190167361 above the optimum 2190167354 (seed 90933)
+    (np.array([[1, 4, 9, 3, 7, 2, 6, 2], [0, 755055623, 5, 97994569, 9, 1, 9, 0],
+               [2, 731633331, 9, 9, 0, 286785992, 6, 2], [9, 4, 703478386, 0, 3, 399193876, 0, 7]]), 4),
+])
+def test_highs_rows_bounds_hold_at_huge_loads(cell, num_ranks):
+    """The HiGHS layer model sees loads scaled to 1e6 at most, and its bound is lowered by
+    1e-6 of itself (its MIP tolerances): every bound is at most the brute-force optimum,
+    and "optimal" at mip_gap 0 is claimed only by a value within 1e-6 of it."""
+    problem = LayerProblem(cell.sum(axis=0), num_ranks, cell_load=cell)
+    best = _brute_rows(cell, num_ranks)
+    for backend in ("highs", "cpsat"):
+        res = solve_layer(problem, "rows", backend=backend, mip_gap=0.0, time_limit=20)
+        assert res.bound <= best <= res.value, (backend, res.bound, best, res.value)
+        if res.status == "optimal":
+            assert res.value - best <= 1e-6 * best
+    res = solve_layer(problem, "rows", backend="highs", mip_gap=0.0, time_limit=20)
+    assert res.stats.get("highs_scale", 1.0) < 1.0
+
+
+def test_highs_rows_bound_holds_for_float_loads_of_any_size():
+    """Loads from 1e-4 to 1e4: HiGHS's bound 7940.0020393 was 8e-5 above the optimum
+    7940.0019584 and read as a proof at mip_gap 0 (a stress helper's seed 118)."""
+    cell = np.array([[4501.0, 0.0008566, 7335.0, 0.000584, 0.000401, 0.0002941, 0.0001184, 3439.0],
+                     [0.0003656, 0.000234, 0.0001025, 0.0001847, 0.0004132, 0.0009178, 0.0002041, 0.0001393]])
+    res = solve_layer(LayerProblem(cell.sum(axis=0), 2, cell_load=cell), "rows", backend="highs", mip_gap=0.0)
+    assert res.bound <= 7940.0019584 <= res.value
+
+
+def test_an_unbalanced_current_placement_is_refused_by_name():
+    """``current`` without E/P experts on every rank passed LayerProblem and failed in
+    ``solve_layer`` as an error about ``placement``: refused at once, naming ``current``."""
+    with pytest.raises(InputError) as info:
+        LayerProblem(np.array([4, 3, 2, 1]), 2, current=np.array([0, 1, 1, 1]))
+    assert str(info.value) == "current: must hold E/P = 2 experts on every rank; it has 1 on rank 0"

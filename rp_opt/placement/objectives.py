@@ -30,7 +30,8 @@ class LayerProblem:
     num_ranks
         P.
     current
-        [E] integer ranks in [0, P) of the current placement (``migration``).
+        [E] integer ranks in [0, P) of the current placement (``migration``), E/P experts
+        on every rank (a placement).
     cell_load
         [C, E] tokens each (row, shard) group sends to each expert, C = R*G >= 1
         (``rows``); W[r,g,l,p] = sum_{e: pi(e)=p} cell_load[(r,g), e]. Finite and >= 0.
@@ -41,7 +42,8 @@ class LayerProblem:
     ------
     InputError
         One line naming the field: P not an integer >= 1 or not dividing E, ``current`` or
-        ``cell_load`` of another shape, a rank out of range, a negative or non-finite
+        ``cell_load`` of another shape, a rank out of range or a ``current`` without E/P
+        experts on a rank (``solve_layer`` named ``placement`` for it), a negative or non-finite
         ``cell_load`` (a negative or non-finite ``load`` is refused by ``solve_layer``).
     """
 
@@ -60,7 +62,7 @@ class LayerProblem:
         object.__setattr__(self, "load", load)
         if self.current is not None:
             # the migration model indexes x[e, current[e]]
-            current = checked_ranks(self.current, num_ranks, "current", load.shape, balanced=False)
+            current = checked_ranks(self.current, num_ranks, "current", load.shape)
             object.__setattr__(self, "current", current)
         if self.cell_load is not None:
             # the rows objective multiplies it by the [E, P] assignment: a numpy error otherwise
@@ -87,6 +89,14 @@ class LayerProblem:
 
     def with_cap(self, cap: float) -> "LayerProblem":
         return replace(self, load_cap=cap)
+
+    def scaled(self, factor: float) -> "LayerProblem":
+        """The same problem with every load (``load``, ``cell_load``, ``load_cap``) times
+        ``factor`` > 0, in floats: the same optimal placements; a value that scales with
+        the loads (:attr:`PlacementObjective.value_scales`) times ``factor``."""
+        times = (lambda x: None if x is None else np.asarray(x, dtype=np.float64) * factor)
+        return replace(self, load=times(self.load), cell_load=times(self.cell_load),
+                       load_cap=None if self.load_cap is None else float(self.load_cap) * factor)
 
 
 def rank_totals(values: np.ndarray, ranks: np.ndarray, num_ranks: int) -> np.ndarray:
@@ -118,6 +128,9 @@ class PlacementObjective:
         and returns the expression to minimise.
     build_cpsat
         ``(model, x, problem) -> linear expression`` for CP-SAT (integer data only), or None.
+    value_scales
+        True when the value is proportional to the loads (a load objective: ``aggregate``,
+        ``rows``); False when it counts something else (``migration``'s moves).
     """
 
     name: str
@@ -128,6 +141,7 @@ class PlacementObjective:
     build_pyomo: Callable
     build_cpsat: Callable | None = None
     description: str = ""
+    value_scales: bool = True
 
 
 _OBJECTIVES: dict[str, PlacementObjective] = {}
@@ -239,6 +253,7 @@ def _migration_cpsat(model, x, problem: LayerProblem):
 register_placement_objective(PlacementObjective(
     "migration", False, ("current",), _migration_value, _migration_bound, _migration_pyomo, _migration_cpsat,
     "fewest experts leaving their current rank among placements within a tolerance of the best aggregate load",
+    value_scales=False,
 ))
 
 
