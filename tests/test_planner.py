@@ -332,7 +332,7 @@ def test_solver_without_a_plan_is_one_line_with_its_reason():
     planner = Planner(Cluster(dp=2, edp=1, ep=2, capacity=48), COST, mode="heuristic", time_limit=2.0,
                       solver_options={"num_rows": 1})
     with pytest.raises(InputError, match=r"^window: solver heuristic returned no plan \(status infeasible: "
-                                         r"R=1 rows hold R\*D=2 cells, but the samples need at least 4 cells"):
+                                         r"R=1 rows hold R x D = 2 cells, but the samples need at least 4 cells"):
         planner.plan(routing=routing_of(6, n=8, low=20, high=24), num_experts=8)
 
 
