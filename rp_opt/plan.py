@@ -9,6 +9,7 @@ why (``auto_choice``, ``auto_reason``).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
@@ -21,6 +22,8 @@ from .packing.report import improvement
 from .result import FEASIBLE, OPTIMAL, Result
 from .solvers import get_solver, register_solver
 from .window import Instance
+
+log = logging.getLogger("rp_opt")
 
 # the exact model has N*R*D assignment booleans; measured (scripts/bench_heuristic.py) to
 # prove small windows (N <= 24, R*D <= 8) within about a second
@@ -149,15 +152,12 @@ def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed:
     # in their last bits, and an exact proof was dropped for a one-ulp "better" heuristic)
     if result.plan is None or lex_better(guess.score, result.score):
         # the exact model ran out of time without matching the heuristic: keep the heuristic's
-        # plan; where it proved its optimum, a plan that scores below it is optimal too (the
-        # integer model's rounding: the same placement and rows)
+        # plan (:func:`kept_heuristic` says whether the exact proof carries over to it)
         stats["auto_kept"] = "heuristic"
-        status = OPTIMAL if result.plan is not None and result.status == OPTIMAL else guess.status
+        status, bound = kept_heuristic(guess, result, stats, bound)
         if status == OPTIMAL and "rows_lower_bound" in guess.stats:
             status = FEASIBLE
             stats["optimal_for_rows"] = num_rows
-        if bound is not None and status == OPTIMAL:
-            bound = min(bound, guess.score[0])
         return Result(status, guess.plan, guess.score, bound, time.perf_counter() - started, "auto", stats)
     status = result.status
     if status == OPTIMAL and "rows_lower_bound" in guess.stats:
@@ -170,3 +170,28 @@ def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed:
     if base:
         stats["improvement"] = improvement(base[0], result.score[0])
     return Result(status, result.plan, result.score, bound, time.perf_counter() - started, "auto", stats)
+
+
+def kept_heuristic(guess: Result, result: Result, stats: dict, bound: float | None) -> tuple[str, float | None]:
+    """Status and bound of the heuristic's plan ``guess`` when ``auto`` keeps it over the
+    exact model's ``result`` (its score is lexicographically better).
+
+    Where the exact model proved its plan optimal and the heuristic's plan scores below it
+    by no more than the integer model's rounding (``2 * stats["rounding"][0]``, the margin
+    of that proof) and above the exact bound, the proof carries over (same placement and
+    rows): ``optimal``, the bound at most the score. A plan better than a proven optimum
+    by more than that shows the proof wrong: the heuristic's own status and bound stand,
+    ``stats["exact_proof_contradicted"]`` says by how much, and a warning is logged.
+    Otherwise (no exact plan, or no proof) the heuristic's status with ``bound``."""
+    if result.plan is None or result.status != OPTIMAL or not result.score:
+        return guess.status, bound
+    rounding = (stats.get("rounding") or [0.0])[0]
+    below = result.score[0] - guess.score[0]
+    margin = 2 * rounding + 1e-9 * max(1.0, abs(result.score[0]))
+    if below <= margin and (result.bound is None or result.bound <= guess.score[0] + margin):
+        return OPTIMAL, None if bound is None else min(bound, guess.score[0])
+    log.warning("auto: the heuristic's plan (%.9g) is below the exact model's proven optimum (%.9g) by more "
+                "than its rounding: the exact proof is not used", guess.score[0], result.score[0])
+    stats["exact_proof_contradicted"] = {"exact_score": result.score[0], "heuristic_score": guess.score[0],
+                                         "margin": margin}
+    return guess.status, guess.bound

@@ -350,6 +350,7 @@ class Planner:
         # three candidates) and past the solver's limit: the next solve leaves them (at
         # N = 16384 they were 0.6 s beyond a 5-s limit)
         self._after_solve = 0.0
+        self._score_seconds = 0.0    # one scoring of a candidate plan, as last measured
         self._warned_lengths = False
         self.step = 0
         # resolve now: a bad mode, or an option its solver does not take, fails at
@@ -582,10 +583,16 @@ class Planner:
         timings["total"] = time.perf_counter() - start
         # the next step may score more candidates (at most three: the previous plan, the
         # placement in force, the new plan); the first scores at most two (N = 16384: 0.32 s,
-        # then 0.49 s with three, beyond the limit left for it)
-        self._after_solve = timings["migrate"] + timings["choose"] * 3 / max(1, extra["scored"])
-        # and what the solver ran past its limit (its final scoring: 0.11 s at N = 16384)
-        self._after_solve += max(0.0, timings["solve"] - timings["solve_limit"])
+        # then 0.49 s with three, beyond the limit left for it). A step that scored none
+        # keeps the last estimate of one scoring.
+        scored, scoring = extra["scored"], extra["scoring_seconds"]
+        if scored:
+            self._score_seconds = scoring / scored
+        self._after_solve = (timings["migrate"] + (timings["choose"] - scoring)
+                             + 3 * self._score_seconds
+                             # and what the solver ran past its limit (its final scoring: 0.11 s
+                             # at N = 16384)
+                             + max(0.0, timings["solve"] - timings["solve_limit"]))
         step = StepPlan(self.step, instance, plan, result, certificate, migration, timings, warm_kind, extra)
         if commit:
             self._current = plan.placement
@@ -613,6 +620,7 @@ class Planner:
         objective = self.objective
         candidates: list[tuple[str, Plan]] = []
         prev = self._previous
+        started = time.perf_counter()
         if (prev is not None and prev.objective == objective
                 and prev.placement.ranks.shape == current.ranks.shape
                 and np.array_equal(prev.placement.ranks, current.ranks)
@@ -623,13 +631,14 @@ class Planner:
         if migration.num_transfers:
             value = score(instance, current, new.layout, objective)
             candidates.append((KEPT_PLACEMENT, Plan(current, new.layout, objective, value, new.stats)))
-        extra["scored"] = len(candidates) + 1 if candidates else 0    # (the next step's limit)
         if not candidates:
-            extra.update(decision=NEW, candidates={NEW: list(new.score)})
+            extra.update(decision=NEW, candidates={NEW: list(new.score)}, scored=0, scoring_seconds=0.0)
             return new, migration
         # the same function scores every candidate (the solver's own sum may differ in the last bits)
         new_value = score(instance, new.placement, new.layout, objective)
         new = Plan(new.placement, new.layout, new.objective, new_value, new.stats)
+        # (for the next step's limit)
+        extra.update(scored=len(candidates) + 1, scoring_seconds=time.perf_counter() - started)
         name, stay = min(candidates, key=lambda item: item[1].score)  # min keeps the first of equals
         extra["candidates"] = {NEW: list(new_value), **{key: list(plan.score) for key, plan in candidates}}
         if migration.num_transfers and self.migration_cost is not None:

@@ -850,3 +850,17 @@ def test_bench_prod_refuses_bad_arguments_before_any_run(capsys, argv, message):
     assert load_script("bench_prod").main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(message) and err.count("\n") == 1
+
+
+def test_ctrl_c_in_the_progress_callback_keeps_the_finished_run():
+    """A Ctrl-C while the progress line of a finished run was printed replaced that run's
+    record with an interrupted one (a review's case): the record stays, and the next run
+    is the one cut short."""
+    tasks = [Task(spec, "baseline", time_limit=1.0) for spec in suite("tiny")]
+
+    def progress(record):
+        raise KeyboardInterrupt
+
+    records = run_tasks(tasks, on_record=progress)
+    assert [r["status"] for r in records] == ["feasible", "interrupted"] and records[0]["valid"]
+    assert records[1]["instance"] == tasks[1].spec.name

@@ -358,3 +358,20 @@ def test_an_unbalanced_current_placement_is_refused_by_name():
     with pytest.raises(InputError) as info:
         LayerProblem(np.array([4, 3, 2, 1]), 2, current=np.array([0, 1, 1, 1]))
     assert str(info.value) == "current: must hold E/P = 2 experts on every rank; it has 1 on rank 0"
+
+
+def test_highs_proofs_at_mip_gap_0_survive_the_bound_margin():
+    """The margin under HiGHS's bound (1e-6 of it) turned proofs into "feasible": float
+    loads at mip_gap 0 (21.2035 against 21.20351), integer rank loads of 1e7, migration
+    moves over float loads (2 against 1.999998). HiGHS's "optimal" allows mip_gap + 1e-6,
+    and a count's bound rounds up (a review's cases)."""
+    rng = np.random.default_rng(0)
+    for load in (rng.random(12) * 10, rng.integers(1, 10**7, 12)):
+        res = solve_layer(LayerProblem(load, 3), "aggregate", mip_gap=0.0, prove_with_bound=False, polish=False,
+                          time_limit=20)
+        assert res.status == "optimal" and 0 <= res.value - res.bound <= 1e-6 * res.value + 1e-12
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        problem = LayerProblem(rng.random(8) * 10, 2, current=rng.permutation(np.repeat(np.arange(2), 4)))
+        res = solve_layer(problem, "migration", mip_gap=0.0, tolerance=0.05, prove_with_bound=False)
+        assert res.status == "optimal" and res.bound == res.value == int(res.value)

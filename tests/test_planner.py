@@ -73,14 +73,27 @@ def test_the_solver_leaves_the_time_the_last_step_spent_after_its_solve():
     first = planner.plan(routing=routing_of(0), num_experts=8)
     checked(first)
     # the choice scored 2 plans (none before it): the next may score 3
-    assert first.stats["scored"] in (0, 2)
-    after = first.timings["migrate"] + first.timings["choose"] * 3 / max(1, first.stats["scored"])
-    after += max(0.0, first.timings["solve"] - first.timings["solve_limit"])
+    scored, scoring = first.stats["scored"], first.stats["scoring_seconds"]
+    assert scored in (0, 2) and 0 <= scoring <= first.timings["choose"]
+    after = (first.timings["migrate"] + first.timings["choose"] - scoring + (3 * scoring / scored if scored else 0)
+             + max(0.0, first.timings["solve"] - first.timings["solve_limit"]))
     assert after > 0 and first.timings["solve_limit"] <= 1.0
     second = planner.plan(routing=routing_of(1), num_experts=8)
     checked(second)
     spent = second.timings["replay"] + second.timings["certify"] + second.timings["warm_start"]
     assert second.timings["solve_limit"] <= 1.0 - spent - after + 1e-9
+
+
+def test_a_step_runs_no_identity_ffd_report():
+    """The heuristic's identity + ffd score is for reports and ran after the plan, outside
+    its limit (0.17 s at N = 16384): the Planner turns it off, and a caller can turn it on."""
+    cluster = Cluster(dp=2, edp=1, ep=2, capacity=64)
+    step = Planner(cluster, COST, mode="heuristic", time_limit=1.0).plan(routing=routing_of(0), num_experts=8)
+    checked(step)
+    assert "report_seconds" not in step.result.stats and "baseline_score" not in step.result.stats
+    step = Planner(cluster, COST, mode="heuristic", time_limit=1.0,
+                   solver_options={"report_baseline": True}).plan(routing=routing_of(0), num_experts=8)
+    assert step.result.stats["baseline_score"] and "report_seconds" in step.result.stats
 
 
 def test_migration_cost_decides_whether_experts_move():

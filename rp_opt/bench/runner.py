@@ -357,11 +357,21 @@ def run_tasks(tasks: list[Task], *, workers: int = 1, ray_address: str | None = 
     if workers <= 1 or len(tasks) <= 1:
         for k, task in enumerate(tasks):
             try:
-                arrived(k, run_task(task))
+                record = run_task(task)
             except KeyboardInterrupt:
                 # a Ctrl-C outside a solver's own handling (building the window, a baseline
                 # rule, the checker): the runs done, and this one as cut short
-                arrived(k, interrupted_record(task))
+                record = interrupted_record(task)
+            try:
+                arrived(k, record)
+            except KeyboardInterrupt:
+                # in the progress callback: this run's record is filed, finished; the next
+                # run is the one cut short (none: the suite is done)
+                out[k] = record
+                if k + 1 < len(tasks):
+                    out[k + 1] = interrupted_record(tasks[k + 1])
+                    return out[:k + 2]
+                return out
             if out[k].get("interrupted"):
                 return out[:k + 1]
         return out

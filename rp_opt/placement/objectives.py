@@ -131,6 +131,9 @@ class PlacementObjective:
     value_scales
         True when the value is proportional to the loads (a load objective: ``aggregate``,
         ``rows``); False when it counts something else (``migration``'s moves).
+    integral_value
+        True when the value is a whole number whatever the loads (``migration``'s moves):
+        its bounds round up.
     """
 
     name: str
@@ -142,6 +145,7 @@ class PlacementObjective:
     build_cpsat: Callable | None = None
     description: str = ""
     value_scales: bool = True
+    integral_value: bool = False
 
 
 _OBJECTIVES: dict[str, PlacementObjective] = {}
@@ -253,7 +257,7 @@ def _migration_cpsat(model, x, problem: LayerProblem):
 register_placement_objective(PlacementObjective(
     "migration", False, ("current",), _migration_value, _migration_bound, _migration_pyomo, _migration_cpsat,
     "fewest experts leaving their current rank among placements within a tolerance of the best aggregate load",
-    value_scales=False,
+    value_scales=False, integral_value=True,
 ))
 
 

@@ -766,7 +766,9 @@ def _result(instance, placement, obj, out, start, start_score, stats, t0, solver
             stats["not_optimal"] = (f"level {loose[0] + 1} proven for the integer-scaled costs only: their rounding "
                                     f"can move it by {out.rounding[loose[0]]:.6g}")
     if plan_score is not None and bound > plan_score[0]:
-        if bound > plan_score[0] + 2 * out.rounding[0] + 1e-9 * abs(plan_score[0]):
+        # (no rounding when the model did not run: skipped, too big, a Ctrl-C before it)
+        rounding = out.rounding[0] if out.rounding else 0.0
+        if bound > plan_score[0] + 2 * rounding + 1e-9 * abs(plan_score[0]):
             # above a plan's true score by more than the rounding can move it: the solver's
             # proof is wrong (a HiGHS fault, see pyomo_model.NO_RESTART), so neither its
             # bound nor its optimality stands; the analytic bound always holds
@@ -775,7 +777,7 @@ def _result(instance, placement, obj, out, start, start_score, stats, t0, solver
                         plan_score[0])
             stats["invalid_bound"] = {"source": stats["bound_from"], "bound": bound}
             stats["not_optimal"] = f"the {stats['bound_from']} bound {bound:.9g} is above the plan's score"
-            bound, stats["bound_from"], all_opt = stats["analytic_bound"], "analytic", False
+            bound, stats["bound_from"], all_opt = min(stats["analytic_bound"], plan_score[0]), "analytic", False
         else:
             bound = plan_score[0]  # the rounding margin can only widen, never cross the score
     status = OPTIMAL if all_opt else FEASIBLE
