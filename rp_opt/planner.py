@@ -547,6 +547,15 @@ class Planner:
         if certificate.r_star is not None:
             # R* is proven once per step; every registered planner takes it as ``num_rows``
             options.setdefault("num_rows", certificate.r_star)
+        if name == "exact":
+            # the exact planner starts from a caller's warm start instead of running the
+            # heuristic for one: the certificate's layout only shows that R* rows fit (a
+            # 7 % worse step 1 than a cold solve), so it goes as ``witness`` (the start when
+            # first fit finds none; without it a short limit left no plan at all)
+            if warm is not None and warm_kind != "layout":
+                warm = None
+            if certificate.witness is not None:
+                options.setdefault("witness", certificate.witness)
         if name in ("heuristic", "auto"):
             # the identity + ffd score for the report runs after the plan, outside the
             # heuristic's limit (0.17 s at N = 16384): a trainer's step has no use for it

@@ -814,7 +814,7 @@ def warm_layout(instance: Instance, warm_start: Plan | None, num_rows: int) -> L
 @register_solver("exact", "exact packing (CP-SAT or HiGHS) for a fixed placement at R = R*")
 def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.0, seed: int = 0,
                 warm_start: Plan | None = None, placement: Placement | None = None, num_rows: int | None = None,
-                backend: str = "cpsat", **options) -> Result:
+                backend: str = "cpsat", witness: Layout | None = None, **options) -> Result:
     """Exact packing planner.
 
     Parameters
@@ -832,9 +832,16 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
     placement
         Fixed placement; default ``warm_start.placement``, else LPT.
     num_rows
-        R; default R* (:func:`rp_opt.rows.certify_rows`).
+        R; default R* (:func:`rp_opt.rows.certify_rows`). An integer >= 1 (a string of
+        one, as every planner reads it, too).
     backend
         ``cpsat`` (default, faster in the measurements of ``scripts/bench_exact.py``) or ``highs``.
+    witness
+        A layout of ``num_rows`` rows known to fit, such as R*'s certificate's (the
+        :class:`~rp_opt.Planner` passes it): the start when first fit finds none, beside
+        the heuristic's start. Unlike ``warm_start`` it does not replace the heuristic's
+        start. Ignored when it is not a layout of this window with ``num_rows`` rows, and
+        when ``num_rows`` is None (the certification gives one).
     options
         ``symmetry`` (bool), ``tighten`` (bool), ``workers`` (int), ``subsolvers`` (names or None),
         ``mip_start`` (bool), ``heuristic_start`` (bool), ``relax_bound`` (bool), ``row_search`` (bool),
@@ -842,7 +849,7 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
         ``later``, ``none``): see :func:`solve_packing`.
     """
     t0 = time.perf_counter()
-    num_rows = integer("num_rows", num_rows, 1, none=True)
+    num_rows = integer("num_rows", num_rows, 1, none=True, text=True)
     options = check_options(options)
     time_limit = number("time_limit", time_limit, above=0, hint="seconds")
     warm_placement = check_warm_start(instance, warm_start)
@@ -851,7 +858,10 @@ def solve_exact(instance: Instance, *, objective="sync", time_limit: float = 60.
         placement = placement_for(placement, instance.cluster.ep, "placement", window.num_layers, window.num_experts)
     else:
         placement = warm_placement if warm_placement is not None else default_placement(instance)
-    witness = None
+    require(witness is None or isinstance(witness, Layout), "witness",
+            f"must be a Layout, got {type(witness).__name__}")
+    if num_rows is not None and witness is not None and layout_violation(instance, witness, num_rows) is not None:
+        witness = None
     if num_rows is None:
         num_rows, status, reason, witness = _certified_rows(instance, certify_seconds(time_limit, 1.0))
         if num_rows is None:
