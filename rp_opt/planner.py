@@ -180,8 +180,9 @@ class StepPlan:
     @property
     def solver(self) -> str:
         """The registered solver that ran (``auto`` in mode auto: :attr:`engine` says which
-        of its solvers produced the plan)."""
-        return self.result.solver
+        of its solvers produced the plan; a baseline's rule, e.g. ``identity+ffd`` for
+        ``baseline``, is ``result.solver``)."""
+        return self.stats.get("solver") or self.result.solver
 
     @property
     def engine(self) -> str:
@@ -189,7 +190,7 @@ class StepPlan:
         (``heuristic``, or ``exact`` with a heuristic MIP start; ``heuristic`` again when the
         exact model did not beat its start), else :attr:`solver`."""
         stats = self.result.stats if isinstance(self.result.stats, dict) else {}
-        return stats.get("auto_kept") or stats.get("auto_choice") or self.result.solver
+        return stats.get("auto_kept") or stats.get("auto_choice") or self.solver
 
     @property
     def seconds(self) -> float:
@@ -356,6 +357,12 @@ class Planner:
         # resolve now: a bad mode, or an option its solver does not take, fails at
         # configuration rather than at step 1 (after replay and certification)
         check_solver_options(self.solver_name, self.solver_options, self.time_limit, self.seed)
+        if self.solver_name in ("exact", "auto"):
+            # Pyomo (the exact planner's HiGHS backend and partial relaxation) imports here,
+            # once, not inside a step's limit: 0.45-0.5 s of a 0.5-s first step
+            from ._highs import import_pyomo
+
+            import_pyomo()
 
     # ---------------------------------------------------------------- configuration
     @property
@@ -529,7 +536,7 @@ class Planner:
                               inputs["num_experts"])
         require(current.ranks.shape == (window.num_layers, window.num_experts), "routing",
                 f"has (L, E) = ({window.num_layers}, {window.num_experts}), the placement in force has "
-                f"{current.ranks.shape}{source}")
+                f"{current.ranks.shape}{source}; planner.reset() when the model itself changed")
 
         t = time.perf_counter()
         certificate = self._certify(window)
@@ -585,9 +592,11 @@ class Planner:
                     result.plan.stats)
         timings["migrate"] = time.perf_counter() - t
         t = time.perf_counter()
-        extra = {"mode": self.mode, "inputs": inputs}
+        extra = {"mode": self.mode, "inputs": inputs, "solver": name}
+        solved = plan.placement   # the solver's placement, relabelled (the same costs)
         plan, migration = self._choose(instance, current, plan, migration, result, extra)
-        extra.update(self._bound_of(instance, plan, result, extra["decision"]))
+        extra.update(self._bound_of(instance, plan, result, extra["decision"],
+                                    np.array_equal(solved.ranks, plan.placement.ranks)))
         timings["choose"] = time.perf_counter() - t
         timings["total"] = time.perf_counter() - start
         # the next step may score more candidates (at most three: the previous plan, the
@@ -595,13 +604,14 @@ class Planner:
         # then 0.49 s with three, beyond the limit left for it). A step that scored none
         # keeps the last estimate of one scoring.
         scored, scoring = extra["scored"], extra["scoring_seconds"]
-        if scored:
-            self._score_seconds = scoring / scored
-        self._after_solve = (timings["migrate"] + (timings["choose"] - scoring)
-                             + 3 * self._score_seconds
-                             # and what the solver ran past its limit (its final scoring: 0.11 s
-                             # at N = 16384)
-                             + max(0.0, timings["solve"] - timings["solve_limit"]))
+        if commit:   # (commit=False changes nothing in the planner, its time estimates neither)
+            if scored:
+                self._score_seconds = scoring / scored
+            self._after_solve = (timings["migrate"] + (timings["choose"] - scoring)
+                                 + 3 * self._score_seconds
+                                 # and what the solver ran past its limit (its final scoring:
+                                 # 0.11 s at N = 16384)
+                                 + max(0.0, timings["solve"] - timings["solve_limit"]))
         step = StepPlan(self.step, instance, plan, result, certificate, migration, timings, warm_kind, extra)
         if commit:
             self._current = plan.placement
@@ -665,7 +675,8 @@ class Planner:
         extra["decision"] = name
         return stay, migration_plan(current, current, self.expert_bytes)
 
-    def _bound_of(self, instance: Instance, plan: Plan, result: Result, decision: str) -> dict:
+    def _bound_of(self, instance: Instance, plan: Plan, result: Result, decision: str,
+                  same_placement: bool = False) -> dict:
         """``bound``, ``bound_scope``, ``bound_from`` and ``status`` of the returned plan.
 
         The solver's plan keeps the solver's. A plan that moves nothing instead keeps the
@@ -675,11 +686,21 @@ class Planner:
         the exact model) says nothing about another placement: the plan then gets the
         analytic bound that holds for every placement and layout of its rows
         (:func:`rp_opt.bounds.cost_bounds`). It is ``optimal`` only when the solver proved
-        optimality over every placement and it scores no worse."""
+        optimality over every placement and it scores no worse. Where the plan that moves
+        nothing has the solver's own placement (``same_placement``: the solver moved no
+        expert, e.g. ``keep_placement``) with the same rows, the solver's bound for that
+        placement holds for it too, and so does its proof."""
         stats = result.stats if isinstance(result.stats, dict) else {}
         scope = stats.get("bound_scope")
         if decision == NEW:
             return {"bound": result.bound, "bound_scope": scope, "bound_from": "solver", "status": result.status}
+        if (same_placement and result.bound is not None and result.plan is not None
+                and plan.num_rows == result.plan.num_rows):
+            # (no worse than the solver's plan, to the last bits of their sums)
+            proven = result.status == OPTIMAL and tuple(plan.score) <= tuple(
+                x + 1e-9 * max(1.0, abs(x)) for x in result.score)
+            return {"bound": min(result.bound, plan.score[0]) if proven else result.bound, "bound_scope": scope,
+                    "bound_from": "solver", "status": OPTIMAL if proven else FEASIBLE}
         if result.bound is not None and scope == EVERY_PLACEMENT and result.plan is not None \
                 and plan.num_rows == result.plan.num_rows:
             bound, origin = result.bound, "solver"

@@ -45,7 +45,8 @@ def test_baseline_mode_and_migration():
     routing = routing_of(0)
     step = planner.plan(routing=routing, num_experts=8)
     checked(step)
-    assert step.solver == "lpt+ffd" and step.step == 0 and planner.step == 1
+    # the registered name (an audit: the rule's label "lpt+ffd" is the result's solver)
+    assert step.solver == "lpt-ffd" and step.result.solver == "lpt+ffd" and step.step == 0 and planner.step == 1
     assert step.r_star == step.num_rows
     identity = Placement.identity(3, 8, 2)
     assert np.array_equal(apply_transfers(identity, step.migration.transfers).ranks, step.placement.ranks)
@@ -494,3 +495,30 @@ def test_exact_mode_reads_num_rows_as_every_planner_does():
         routing=routing_of(0), num_experts=8)
     checked(step)
     assert step.num_rows == 6
+
+
+def test_a_plan_kept_on_the_solvers_own_placement_keeps_its_proof():
+    """``keep_placement=True`` in mode exact: re-planning the same window ties, and the
+    previous plan comes back; its placement is the solver's own, so the solver's proof
+    and bound for that placement hold for it (they fell to "feasible" and the analytic
+    bound, a gap of 11 %, in an audit)."""
+    cluster = Cluster(dp=2, edp=1, ep=2, capacity=64)
+    planner = Planner(cluster, COST, mode="exact", time_limit=5.0, keep_placement=True)
+    first = planner.plan(routing=routing_of(3, n=8), num_experts=8)
+    again = planner.plan(routing=routing_of(3, n=8), num_experts=8)
+    checked(again)
+    assert first.status == "optimal" and again.decision == "previous" and again.migration.num_transfers == 0
+    assert again.status == "optimal" and again.bound == pytest.approx(first.bound, rel=1e-9)
+    assert again.stats["bound_from"] == "solver"
+
+
+def test_an_uncommitted_step_leaves_the_planners_time_estimates():
+    """``commit=False`` plans without changing the planner: its seconds after the solve no
+    longer set the next step's reserve (an audit: a slow uncommitted step cut the next
+    committed one to 0.2 s of 0.5)."""
+    cluster = Cluster(dp=2, edp=1, ep=2, capacity=64)
+    planner = Planner(cluster, COST, mode="heuristic", time_limit=0.5)
+    checked(planner.plan(routing=routing_of(0), num_experts=8))
+    before = (planner._after_solve, planner._score_seconds)
+    checked(planner.plan(routing=routing_of(1), num_experts=8, commit=False))
+    assert (planner._after_solve, planner._score_seconds) == before and planner.step == 1

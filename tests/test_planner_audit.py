@@ -289,4 +289,4 @@ def test_engine_says_which_solver_auto_ran():
     assert step.solver == "auto" and step.engine == (stats.get("auto_kept") or stats["auto_choice"])
     assert step.engine in ("heuristic", "exact") and step.to_dict()["engine"] == step.engine
     step = Planner(cluster, COST, mode="lpt-ffd", time_limit=1.0).plan(routing=routing, num_experts=8)
-    assert step.engine == step.solver == "lpt+ffd"
+    assert step.engine == step.solver == "lpt-ffd" and step.result.solver == "lpt+ffd"
