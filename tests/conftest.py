@@ -51,9 +51,15 @@ def hand():
 def ctrl_c():
     """``ctrl_c(seconds)`` sends this process a real Ctrl-C (SIGINT) after ``seconds``,
     under Python's own handler (a solver library run by an earlier test may have replaced
-    it); a signal not yet sent is cancelled, and the handler restored, at teardown."""
+    it); a signal not yet sent is cancelled, and the handler restored, at teardown.
+
+    A KeyboardInterrupt that Python raises inside a finalizer (a weakref callback or
+    ``__del__`` running when the signal lands) is dropped ("Exception ignored in"): that
+    Ctrl-C reached no code under test, so it is sent again, as a user would press it again
+    (one CI run lost it so, and a 30-s heuristic ran to its limit)."""
     import os
     import signal
+    import sys
     import threading
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -63,7 +69,17 @@ def ctrl_c():
         timers.append(threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT)))
         timers[-1].start()
 
+    hook = sys.unraisablehook
+
+    def resend(unraisable):
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            arm(0.01)
+            return
+        hook(unraisable)
+
+    sys.unraisablehook = resend
     yield arm
+    sys.unraisablehook = hook
     for timer in timers:
         timer.cancel()
     signal.signal(signal.SIGINT, previous)

@@ -127,3 +127,27 @@ m = pe.ConcreteModel(); m.x = pe.Var(); print("built", type(m.x).__name__)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["interrupted", "False", "built", "ScalarVar"]
+
+
+def test_the_ctrl_c_fixture_resends_a_ctrl_c_dropped_in_a_finalizer(ctrl_c):
+    """Python drops a KeyboardInterrupt raised inside a weakref callback ("Exception
+    ignored in"): a Ctrl-C that lands there reaches no code (one CI run lost the test's
+    Ctrl-C so). The fixture sends it again; the code under test then sees it."""
+    import os
+    import signal
+    import time
+    import weakref
+
+    class Thing:
+        pass
+
+    def finalizer(ref):
+        os.kill(os.getpid(), signal.SIGINT)   # raised in here, and dropped
+        time.sleep(0.05)
+
+    with pytest.raises(KeyboardInterrupt):
+        thing = Thing()
+        ref = weakref.ref(thing, finalizer)
+        del thing
+        time.sleep(5)                          # the resent Ctrl-C lands here
+    assert ref() is None
