@@ -199,7 +199,10 @@ class StepPlan:
 
     def to_dict(self) -> dict:
         """Plan-file form (with the window's fingerprint, :func:`rp_opt.io.plan_to_dict`)
-        plus the step's figures (JSON-ready)."""
+        plus the step's figures (JSON-ready). ``migration`` has the summary and, for a
+        trainer outside Python, ``transfer_list`` ([layer, expert, from rank, to rank,
+        bytes] each) and ``round_list`` (each round's transfers, by their index in
+        ``transfer_list``): :meth:`rp_opt.materialise.MigrationPlan.to_dict`."""
         from .io import plan_to_dict
 
         out = plan_to_dict(self.plan, self.instance)
@@ -207,7 +210,7 @@ class StepPlan:
             "step": self.step, "status": self.status, "solver": self.solver, "engine": self.engine,
             "bound": self.bound, "bound_scope": self.bound_scope, "gap": self.gap, "r_star": self.r_star,
             "timings": dict(self.timings), "warm_start": self.warm_start, "decision": self.decision,
-            "migration": None if self.migration is None else self.migration.summary(),
+            "migration": None if self.migration is None else self.migration.to_dict(),
         })
         for key in ("candidates", "inputs", "migration_decision"):
             if key in self.stats:

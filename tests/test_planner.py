@@ -522,3 +522,21 @@ def test_an_uncommitted_step_leaves_the_planners_time_estimates():
     before = (planner._after_solve, planner._score_seconds)
     checked(planner.plan(routing=routing_of(1), num_experts=8, commit=False))
     assert (planner._after_solve, planner._score_seconds) == before and planner.step == 1
+
+
+def test_to_dict_carries_the_migration_for_a_trainer_outside_python():
+    """``StepPlan.to_dict()`` had the migration's summary only: a trainer reading the JSON
+    could not move the experts. It now has every transfer and the rounds, strict JSON,
+    and applying them to the identity gives the new placement."""
+    cluster = Cluster(dp=2, edp=1, ep=2, capacity=64)
+    step = Planner(cluster, COST, mode="lpt-ffd", time_limit=1.0, expert_bytes=10).plan(routing=routing_of(0),
+                                                                                        num_experts=8)
+    data = json.loads(json.dumps(step.to_dict(), allow_nan=False))
+    migration = data["migration"]
+    assert migration["transfers"] == len(migration["transfer_list"]) == step.migration.num_transfers > 0
+    assert sorted(i for r in migration["round_list"] for i in r) == list(range(migration["transfers"]))
+    ranks = Placement.identity(3, 8, 2).ranks.copy()
+    for layer, expert, src, dst, size in migration["transfer_list"]:
+        assert ranks[layer, expert] == src and size == 10
+        ranks[layer, expert] = dst
+    assert np.array_equal(ranks, step.placement.ranks)
