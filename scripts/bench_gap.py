@@ -22,7 +22,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from rp_opt.bench.gap import add_arguments, emit, run_gap  # noqa: E402
-from rp_opt.bench.report import add_output_arguments, check_out_folder, problems  # noqa: E402
+from rp_opt.bench.report import add_output_arguments, check_out_folders, interrupted_message, problems  # noqa: E402
 from rp_opt.errors import InputError  # noqa: E402
 
 
@@ -32,9 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     add_output_arguments(parser, "gap_SUITE")
     args = parser.parse_args(argv)
     try:
-        for flag, folder in (("--out", args.out), ("--img", args.img)):
-            if folder:  # before the runs: a folder that cannot be written would lose them
-                check_out_folder(folder, flag, f"gap_{args.suite}")
+        # before the runs: a folder that cannot be written would lose them
+        check_out_folders(args, f"gap_{args.suite}")
         result = run_gap(args)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -46,10 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     if meta["interrupted"]:
         # the runs done are shown, but a part of the suite is not its benchmark: the files of
         # --out (docs/bench in the documented command) are not replaced (as rp-opt bench)
-        out, img, args.out, args.img = args.out, args.img, None, None
+        wrote_nothing = bool(args.out or args.img)
+        args.out = args.img = None
         emit(result, args, f"gap_{args.suite}")
-        print(f"error: interrupted (Ctrl-C): {meta['runs']} of {meta['runs_planned']} runs done, the last cut "
-              "short" + ("; nothing written" if out or img else ""), file=sys.stderr)
+        print(interrupted_message(meta["runs"], meta["runs_planned"], wrote_nothing), file=sys.stderr)
         return 130
     emit(result, args, f"gap_{args.suite}")
     # failed runs, plans the checker rejects or scores differently, bounds above a valid

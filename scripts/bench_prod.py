@@ -32,8 +32,8 @@ from datetime import datetime, timezone
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from rp_opt.bench.gap import check_run_args, machine  # noqa: E402
-from rp_opt.bench.report import (add_output_arguments, check_out_folder, image_path, print_tables,  # noqa: E402
-                                 usable, write_outputs)
+from rp_opt.bench.report import (add_output_arguments, check_out_folders, image_path,  # noqa: E402
+                                 interrupted_message, print_tables, usable, write_outputs)
 from rp_opt.bench.runner import Task, run_tasks, strip_private  # noqa: E402
 from rp_opt.errors import InputError, integer  # noqa: E402
 
@@ -137,9 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         # folder that cannot be written would lose them
         specs = check_run_args(args)
         args.exact_max_samples = integer("--exact-max-samples", args.exact_max_samples, low=0)
-        for flag, folder in (("--out", args.out), ("--img", args.img)):
-            if folder:
-                check_out_folder(folder, flag, f"prod_{args.suite}")
+        check_out_folders(args, f"prod_{args.suite}")
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -184,8 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print_tables(tables)
     if interrupted:
-        print(f"error: interrupted (Ctrl-C): {len(records)} of {len(tasks)} runs done, the last cut short"
-              + ("; nothing written" if args.out or args.img else ""), file=sys.stderr)
+        print(interrupted_message(len(records), len(tasks), bool(args.out or args.img)), file=sys.stderr)
         return 130
     # failed runs, and plans the checker rejects or scores differently (check_agrees)
     bad = [r for r in records

@@ -356,6 +356,20 @@ def check_out_folder(path: str, flag: str, name: str) -> None:
     require(not os.path.exists(img) or os.path.isdir(img), flag, f"{img} is not a directory (the pictures go there)")
 
 
+def check_out_folders(args, name: str) -> None:
+    """:func:`check_out_folder` of ``--out`` and ``--img`` when given (``name``: the files'
+    stem), before the runs."""
+    for flag, folder in (("--out", getattr(args, "out", None)), ("--img", getattr(args, "img", None))):
+        if folder:
+            check_out_folder(folder, flag, name)
+
+
+def interrupted_message(runs: int, planned: int, wrote_nothing: bool) -> str:
+    """The one line a benchmark prints (exit 130) after a Ctrl-C cut its suite short."""
+    return (f"error: interrupted (Ctrl-C): {runs} of {planned} runs done, the last cut short"
+            + ("; nothing written" if wrote_nothing else ""))
+
+
 def image_path(args, name: str) -> str | None:
     """Where a script writes picture ``name``: ``--img DIR`` when given, else ``OUT/img``
     (None without ``--out``)."""

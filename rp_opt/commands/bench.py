@@ -51,14 +51,12 @@ def seeds_arg(text: str) -> str:
 
 def run(args) -> int:
     from ..bench.gap import run_gap, tasks_from_args
-    from ..bench.report import check_out_folder, per_solver_rows, problems
+    from ..bench.report import check_out_folders, interrupted_message, per_solver_rows, problems
     from ._common import emit_json, table
 
     # validates the arguments before anything runs (--ray "" is an error, not a quiet local run)
     total = len(tasks_from_args(args))
-    for flag, folder in (("--out", args.out), ("--img", args.img)):
-        if folder:
-            check_out_folder(folder, flag, f"bench_{args.suite}")
+    check_out_folders(args, f"bench_{args.suite}")
     progress = Progress(total, f"bench {args.suite}", enabled=True if args.progress else None)
     result = run_gap(args, on_record=lambda rec: progress.step(f"{rec['instance']} {rec['solver']}"))
     interrupted = result["meta"]["interrupted"]
@@ -77,8 +75,7 @@ def run(args) -> int:
         print(table(headers, rows))
     if interrupted:
         meta = result["meta"]
-        print(f"error: interrupted (Ctrl-C): {meta['runs']} of {meta['runs_planned']} runs done, the last cut short"
-              + ("; nothing written" if args.out or args.img else ""), file=sys.stderr)
+        print(interrupted_message(meta["runs"], meta["runs_planned"], bool(args.out or args.img)), file=sys.stderr)
         return 130
     # the defects, on stderr (otherwise they are only inside --json records): exit 1
     found = problems(result["records"], result["instances"])
