@@ -244,7 +244,7 @@ def solve_layer(problem: LayerProblem, objective="aggregate", *, time_limit: flo
     warm_value = obj.evaluate(problem, warm)
     # a value that is a whole number (integer loads, or an objective that counts): its
     # bounds round up
-    integral = problem.integral or obj.integral_value
+    integral = problem.integral or obj.counts
     bound = _round_bound(obj.lower_bound(problem), integral)
     stats["warm_value"] = warm_value
     stats["analytic_bound"] = bound
@@ -360,10 +360,10 @@ def _solve_highs(problem, obj, order, warm, warm_value, time_limit, mip_gap, sta
     if scale != 1.0:
         stats["highs_scale"] = scale
         problem = problem.scaled(scale)
-        if obj.value_scales:
+        if not obj.counts:
             warm_value = warm_value * scale
     # the model's values back in the caller's units
-    unscale = 1.0 / scale if obj.value_scales else 1.0
+    unscale = 1.0 if obj.counts else 1.0 / scale
 
     num_experts, num_ranks, per_rank = problem.num_experts, problem.num_ranks, problem.per_rank
     m = pyo.ConcreteModel()

@@ -93,7 +93,8 @@ class LayerProblem:
     def scaled(self, factor: float) -> "LayerProblem":
         """The same problem with every load (``load``, ``cell_load``, ``load_cap``) times
         ``factor`` > 0, in floats: the same optimal placements; a value that scales with
-        the loads (:attr:`PlacementObjective.value_scales`) times ``factor``."""
+        the loads (every objective but one that :attr:`PlacementObjective.counts`) times
+        ``factor``."""
         times = (lambda x: None if x is None else np.asarray(x, dtype=np.float64) * factor)
         return replace(self, load=times(self.load), cell_load=times(self.cell_load),
                        load_cap=None if self.load_cap is None else float(self.load_cap) * factor)
@@ -128,12 +129,10 @@ class PlacementObjective:
         and returns the expression to minimise.
     build_cpsat
         ``(model, x, problem) -> linear expression`` for CP-SAT (integer data only), or None.
-    value_scales
-        True when the value is proportional to the loads (a load objective: ``aggregate``,
-        ``rows``); False when it counts something else (``migration``'s moves).
-    integral_value
-        True when the value is a whole number whatever the loads (``migration``'s moves):
-        its bounds round up.
+    counts
+        True when the value counts something (``migration``'s moves): a whole number, so
+        its bounds round up, and not changed by scaling the loads. False (the default) for
+        a load objective (``aggregate``, ``rows``), whose value is proportional to the loads.
     """
 
     name: str
@@ -144,8 +143,7 @@ class PlacementObjective:
     build_pyomo: Callable
     build_cpsat: Callable | None = None
     description: str = ""
-    value_scales: bool = True
-    integral_value: bool = False
+    counts: bool = False
 
 
 _OBJECTIVES: dict[str, PlacementObjective] = {}
@@ -257,7 +255,7 @@ def _migration_cpsat(model, x, problem: LayerProblem):
 register_placement_objective(PlacementObjective(
     "migration", False, ("current",), _migration_value, _migration_bound, _migration_pyomo, _migration_cpsat,
     "fewest experts leaving their current rank among placements within a tolerance of the best aggregate load",
-    value_scales=False, integral_value=True,
+    counts=True,
 ))
 
 
