@@ -16,7 +16,7 @@ from .cost import Costs
 from .errors import InputError, integer, require
 from .objectives import Objective, get_objective, objective_names
 from .result import Plan, Result
-from .solution import cell_samples
+from .solution import cell_samples, require_integer_ranks
 from .window import Instance
 
 
@@ -48,14 +48,10 @@ class CheckReport:
 
 
 def _check_placement(placement, num_layers: int, num_experts: int, num_ranks: int, out: list[str]):
-    if isinstance(placement, (list, tuple)):
-        # a rank that is not an integer (JSON true, 0.5, 2.0) is a malformed file, as a
-        # cell's non-integer sample is (InputError, in the words of every other reader);
-        # numpy would read true as the rank 1
-        for l, layer in enumerate(placement):
-            for e, rank in enumerate(layer if isinstance(layer, (list, tuple)) else ()):
-                require(isinstance(rank, (int, np.integer)) and not isinstance(rank, (bool, np.bool_)),
-                        f"placement[{l}][{e}]", f"must be an integer rank, got {rank!r}")
+    # a rank that is not an integer (JSON true, 0.5, 2.0) is a malformed file, as a cell's
+    # non-integer sample is (InputError, in the words of every other reader); one beyond
+    # 64 bits is out of range, a violation (below)
+    require_integer_ranks(placement)
     try:
         ranks = np.asarray(placement)
     except Exception:  # ragged nested lists

@@ -29,7 +29,7 @@ import numpy as np
 
 from .errors import InputError, _bad, require
 from .result import Plan
-from .solution import Layout, Placement
+from .solution import Layout, Placement, require_integer_ranks
 from .window import Cluster, CostModel, Instance, Window, _adopted
 
 FORMAT = "rp-opt-window/1"
@@ -279,11 +279,7 @@ def read_plan_file(path: str | os.PathLike, field: str = "plan") -> dict:
 def placement_from_list(instance: Instance, placement) -> Placement:
     """A validated :class:`Placement` of ``instance`` from the plan-file form [L][E]; a
     rank that is not a 64-bit integer (0.5, true, 2**70) is named, never truncated."""
-    if isinstance(placement, list):
-        for l, layer in enumerate(placement):
-            for e, rank in enumerate(layer if isinstance(layer, list) else ()):
-                require(isinstance(rank, (int, np.integer)) and not isinstance(rank, (bool, np.bool_))
-                        and -2**63 <= rank < 2**63, f"placement[{l}][{e}]", f"must be an integer rank, got {rank!r}")
+    require_integer_ranks(placement, int64=True)
     try:
         ranks = np.asarray(placement, dtype=np.int64)
     except (ValueError, TypeError, OverflowError):

@@ -143,6 +143,28 @@ def cell_samples(cell, field: str) -> list[int]:
     return [int(i) for i in cell]
 
 
+def require_integer_ranks(placement, int64: bool = False) -> None:
+    """Every entry of a plan-file placement [L][E] (nested lists) is an integer rank: not a
+    bool (numpy would read JSON ``true`` as the rank 1), a float (1.0 included), a string
+    or None; with ``int64``, also within 64-bit integers. The one check of rank entries
+    for every reader of plan files (:func:`rp_opt.io.placement_from_list` and the
+    independent checker), so that they name a bad rank in the same words.
+
+    Raises
+    ------
+    InputError
+        ``placement[l][e]: must be an integer rank, got 0.5``. Anything that is not a list
+        of lists is left to the caller's shape check.
+    """
+    if not isinstance(placement, (list, tuple)):
+        return
+    for l, layer in enumerate(placement):
+        for e, rank in enumerate(layer if isinstance(layer, (list, tuple)) else ()):
+            require(isinstance(rank, (int, np.integer)) and not isinstance(rank, (bool, np.bool_))
+                    and (not int64 or -2**63 <= rank < 2**63),
+                    f"placement[{l}][{e}]", f"must be an integer rank, got {rank!r}")
+
+
 def checked_ranks(values, num_ranks: int, field: str, shape: tuple, balanced: bool = True) -> np.ndarray:
     """``values`` as int64 ranks of one layer [E] or of every layer [L, E], checked.
 
