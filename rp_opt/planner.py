@@ -360,9 +360,10 @@ class Planner:
         # resolve now: a bad mode, or an option its solver does not take, fails at
         # configuration rather than at step 1 (after replay and certification)
         check_solver_options(self.solver_name, self.solver_options, self.time_limit, self.seed)
-        if self.solver_name in ("exact", "auto"):
+        if self.solver_name == "exact":
             # Pyomo (the exact planner's HiGHS backend and partial relaxation) imports here,
-            # once, not inside a step's limit: 0.45-0.5 s of a 0.5-s first step
+            # once, not inside a step's limit: 0.45-0.5 s of a 0.5-s first step. Not for
+            # auto: at production sizes it runs the heuristic alone, which never needs it
             from ._highs import import_pyomo
 
             import_pyomo()
