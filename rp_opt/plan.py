@@ -19,7 +19,7 @@ from .objectives import get_objective
 from .packing.heuristic import _l1_rows
 from .packing.heuristic_options import heuristic_inputs
 from .packing.report import improvement
-from .result import FEASIBLE, OPTIMAL, Result
+from .result import FEASIBLE, OPTIMAL, Result, lex_better
 from .solvers import get_solver, register_solver
 from .window import Instance
 
@@ -146,8 +146,6 @@ def auto(instance: Instance, *, objective="sync", time_limit: float = 5.0, seed:
     # the better of the two proven bounds (0 is a bound: a window whose plans cost nothing)
     bounds = [b for b in (result.bound, guess.bound) if b is not None]
     bound = max(bounds) if bounds else None
-    from .packing.exact.common import lex_better   # (loaded with the exact solver above)
-
     # (by the scores' own floats within 1e-9: the two plans' sums of the same costs differ
     # in their last bits, and an exact proof was dropped for a one-ulp "better" heuristic)
     if result.plan is None or lex_better(guess.score, result.score):

@@ -33,7 +33,7 @@ import numpy as np
 from .cost import score
 from .errors import InputError, integer, number, require, switch
 from .objectives import get_objective
-from .result import EVERY_PLACEMENT, FEASIBLE, INFEASIBLE, OPTIMAL, Plan, Result, relative_gap
+from .result import EVERY_PLACEMENT, FEASIBLE, INFEASIBLE, OPTIMAL, Plan, Result, lex_better, relative_gap
 from .solution import Layout, Placement, placement_for
 from .solvers import get_solver, takes_placement
 from .window import Cluster, CostModel, Instance, Window
@@ -701,8 +701,7 @@ class Planner:
         if (same_placement and result.bound is not None and result.plan is not None
                 and plan.num_rows == result.plan.num_rows):
             # (no worse than the solver's plan, to the last bits of their sums)
-            proven = result.status == OPTIMAL and tuple(plan.score) <= tuple(
-                x + 1e-9 * max(1.0, abs(x)) for x in result.score)
+            proven = result.status == OPTIMAL and not lex_better(result.score, plan.score)
             return {"bound": min(result.bound, plan.score[0]) if proven else result.bound, "bound_scope": scope,
                     "bound_from": "solver", "status": OPTIMAL if proven else FEASIBLE}
         if result.bound is not None and scope == EVERY_PLACEMENT and result.plan is not None \

@@ -63,6 +63,18 @@ class Plan:
         }
 
 
+def lex_better(a: tuple, b: tuple, rel: float = 1e-9) -> bool:
+    """Lexicographic a < b of two scores with a relative tolerance per level (two sums of
+    the same costs may differ in their last bits)."""
+    for x, y in zip(a, b):
+        tol = rel * max(1.0, abs(x), abs(y))
+        if x < y - tol:
+            return True
+        if x > y + tol:
+            return False
+    return False
+
+
 def relative_gap(score: float | None, bound: float | None) -> float | None:
     """(score - bound) / |score|, the MIP convention; 0 when both are 0; None when either is
     missing or not finite (an infinite score gave nan, which read as a gap of 0)."""

@@ -14,7 +14,8 @@ import pytest
 from rp_opt.cost import layout_costs, score
 from rp_opt.objectives import get_objective
 from rp_opt.packing.exact import _two_row_layout, default_placement, solve_packing
-from rp_opt.packing.exact.common import greedy_layout, layout_valid, lex_better, packing_data
+from rp_opt.packing.exact.common import greedy_layout, layout_valid, packing_data
+from rp_opt.result import lex_better
 from rp_opt.packing.exact.row_search import put_back, row_pair_search, rows_separable, two_rows
 from rp_opt.solution import Layout
 

@@ -62,14 +62,14 @@ from ...bounds import cost_bounds
 from ...cost import rank_load, score
 from ...errors import MAX_SEED, MAX_WORKERS, integer, number, require, switch
 from ...objectives import get_objective
-from ...result import FEASIBLE, GIVEN_PLACEMENT, INFEASIBLE, NO_SOLUTION, OPTIMAL, Plan, Result
+from ...result import FEASIBLE, GIVEN_PLACEMENT, INFEASIBLE, NO_SOLUTION, OPTIMAL, Plan, Result, lex_better
 from ...rows import certify_seconds, row_count_reason
 from ...solution import Layout, Placement, placement_for
 from ...solvers import register_solver
 from ...window import Instance
 from ..seeds import layout_violation
 from .common import (Budget, build_seconds, canonical_layout, greedy_layout, heaviest_first,
-                     layout_valid, lex_better, packing_data, renumbered, symmetry_mode, too_big)
+                     layout_valid, packing_data, renumbered, symmetry_mode, too_big)
 from .cpsat_model import PROOF, TOGETHER, SolveOutcome, check_together, progress_log
 from .pooled import pooled_bound as pooled_level_bound
 from .pooled import pooled_useful

@@ -382,17 +382,6 @@ def greedy_layout(data: PackingData) -> Layout | None:
     return Layout(cell_of, data.num_rows, data.num_slots)
 
 
-def lex_better(a: tuple, b: tuple, rel: float = 1e-9) -> bool:
-    """Lexicographic a < b with a relative tolerance per level."""
-    for x, y in zip(a, b):
-        tol = rel * max(1.0, abs(x), abs(y))
-        if x < y - tol:
-            return True
-        if x > y + tol:
-            return False
-    return False
-
-
 def layout_valid(data: PackingData, layout: Layout) -> bool:
     """Capacity, non-empty cells and the sample limit (the bijection holds by construction)."""
     if layout.num_rows != data.num_rows or layout.num_slots != data.num_slots:

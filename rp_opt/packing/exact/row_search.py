@@ -33,9 +33,10 @@ import numpy as np
 
 from ...cost import Costs, layout_costs
 from ...objectives import Objective
+from ...result import lex_better
 from ...solution import Layout, Placement
 from ...window import Instance
-from .common import lex_better, renumbered
+from .common import renumbered
 
 log = logging.getLogger("rp_opt")
 
